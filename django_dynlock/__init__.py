@@ -1,0 +1,39 @@
+"""django-dynlock: distributed locks (leases) for Django, stored in Amazon DynamoDB."""
+
+from .clients import get_lock_client
+from .engine import ClientOptions, Lease, LeaseGroup, LeaseInfo, LeaseState, LockClient, TableStatus
+from .exceptions import (
+    BackendError,
+    ClientClosed,
+    ConfigurationError,
+    CredentialsError,
+    DynLockError,
+    InvalidArgument,
+    InvalidKey,
+    LockLost,
+    LockNotAcquired,
+    TableNotFound,
+)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BackendError",
+    "ClientClosed",
+    "ClientOptions",
+    "ConfigurationError",
+    "CredentialsError",
+    "DynLockError",
+    "InvalidArgument",
+    "InvalidKey",
+    "Lease",
+    "LeaseGroup",
+    "LeaseInfo",
+    "LeaseState",
+    "LockClient",
+    "LockLost",
+    "LockNotAcquired",
+    "TableNotFound",
+    "TableStatus",
+    "get_lock_client",
+]

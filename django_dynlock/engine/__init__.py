@@ -1,0 +1,12 @@
+"""The lease engine: plain Python on boto3, no Django imports.
+
+The Django layers (settings, checks, decorator, commands, admin) sit on top of it.
+"""
+
+from .client import LockClient
+from .items import LeaseInfo
+from .lease import Lease, LeaseGroup, LeaseState
+from .options import ClientOptions
+from .table import TableStatus
+
+__all__ = ["ClientOptions", "Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "LockClient", "TableStatus"]

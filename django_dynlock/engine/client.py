@@ -1,0 +1,866 @@
+"""The lock client: the lease protocol on top of one low-level boto3 DynamoDB client.
+
+Every write is one conditional UpdateItem that carries this acquisition's owner id,
+so a retry after a lost reply recognises its own earlier success. See
+docs/protocol.md for the design and the reasoning behind each condition.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import random
+import socket
+import threading
+import time
+import uuid
+import weakref
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..exceptions import (
+    BackendError,
+    ClientClosed,
+    DynLockError,
+    InvalidArgument,
+    LockLost,
+    LockNotAcquired,
+)
+from . import items as it
+from .connection import build_boto_client
+from .errors import error_code, may_have_applied, translate
+from .gates import Gates
+from .heartbeat import Heartbeater
+from .items import LeaseInfo
+from .lease import Lease, LeaseGroup, LeaseState
+from .options import ClientOptions, check_seconds
+from .table import TableStatus, create_table, describe_table
+
+logger = logging.getLogger("django_dynlock")
+
+Listener = Callable[..., None]
+
+# DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
+MAX_KEYS_PER_TRANSACTION = 100
+RELEASE_ATTEMPTS = 3
+
+_live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
+
+
+@dataclass
+class _Watch:
+    """A waiter's observation of a holder's record version, on its own monotonic clock."""
+
+    rvn: str | None
+    since: float
+    lease_seconds: float
+
+    def takeover_at(self) -> float:
+        return self.since + self.lease_seconds
+
+
+class LockClient:
+    """Acquire, renew, release, list and break leases stored in one DynamoDB table.
+
+    Thread-safe. One instance per process and table is enough: it owns the boto3
+    client (built lazily, rebuilt after fork) and one heartbeat thread for all its
+    leases.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        boto_client: Any = None,
+        listeners: Iterable[Listener] = (),
+    ):
+        self.options = options
+        self._boto = boto_client
+        self._listeners = list(listeners)
+        self._closed = False
+        self._said: set[str] = set()
+        # What the server supports, learnt on first use (dynalite lacks all three).
+        self.returns_item_on_failure: bool | None = None
+        self.has_transactions: bool | None = None
+        self._init_process_state()
+        _live_clients.add(self)
+
+    def _init_process_state(self) -> None:
+        self._pid = os.getpid()
+        self.client_id = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._lock = threading.Lock()
+        self._gates = Gates()
+        self._held: set[Lease] = set()
+        self._heartbeater = Heartbeater(self._heartbeat, name=f"dynlock-heartbeat-{self.options.alias}")
+
+    def _after_fork(self) -> None:
+        # A child shares none of its parent's leases: the parent keeps renewing them,
+        # and the child must neither renew nor release them.
+        for lease in list(self._held):
+            lease._mark_lost("fork", "a forked child does not own its parent's leases")
+        self._boto = None
+        self._init_process_state()
+
+    def __repr__(self) -> str:
+        return f"<LockClient alias={self.options.alias!r} table={self.options.table_name!r}>"
+
+    # -- plumbing ---------------------------------------------------------------
+    @property
+    def boto(self) -> Any:
+        """The low-level boto3 DynamoDB client (thread-safe)."""
+        self._check_open()
+        if self._boto is None:
+            with self._lock:
+                if self._boto is None:
+                    self._boto = build_boto_client(self.options)
+        return self._boto
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"{self!r} is closed: get a new one with get_lock_client()")
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def add_listener(self, listener: Listener) -> None:
+        """Call ``listener(event, lease, **info)`` on lease events.
+
+        Events: ``acquired``, ``released``, ``at_risk`` (a renewal failed, the lease
+        is still valid), ``recovered``, ``lost`` (with ``reason``). Listeners run in
+        the thread that saw the event, often the heartbeat thread: keep them short.
+        """
+        self._listeners.append(listener)
+
+    def _emit(self, event: str, lease: Lease, **info: Any) -> None:
+        for listener in self._listeners:
+            try:
+                listener(event, lease, **info)
+            except Exception:
+                logger.exception("dynlock listener %r failed on %s", listener, event)
+
+    def _say_once(self, topic: str, message: str, *args: Any) -> None:
+        if topic not in self._said:
+            self._said.add(topic)
+            logger.warning(message, *args)
+
+    def _call(self, operation: str, action: str, **params: Any) -> dict[str, Any]:
+        """One API call; botocore failures other than a failed condition become DynLockError."""
+        try:
+            return getattr(self.boto, operation)(TableName=self.options.table_name, **params)
+        except ClientError as exc:
+            if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
+                raise
+            raise self._translate(exc, action) from exc
+        except BotoCoreError as exc:
+            raise self._translate(exc, action) from exc
+
+    def _translate(self, exc: BaseException, action: str) -> DynLockError:
+        error = translate(exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action)
+        error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
+        return error
+
+    def _key(self, stored_key: str) -> dict[str, Any]:
+        return {self.options.key_attribute: {"S": stored_key}}
+
+    def _names(self, *attrs: str) -> dict[str, str]:
+        return {f"#{name}": name for name in attrs}
+
+    def _old_item(self, exc: ClientError, stored_key: str) -> dict[str, Any] | None:
+        """The item that made a condition fail: from the reply, or one consistent read."""
+        item = exc.response.get("Item")
+        if item is not None:
+            self.returns_item_on_failure = True
+            return item
+        if self.returns_item_on_failure is None:
+            self.returns_item_on_failure = False
+            self._say_once(
+                "no-item",
+                "DynamoDB server at %s returns no item on a failed condition: "
+                "falling back to a consistent GetItem (one extra call per busy attempt)",
+                self.options.endpoint_url,
+            )
+        return self._get_item(stored_key)
+
+    def _get_item(self, stored_key: str) -> dict[str, Any] | None:
+        reply = self._call("get_item", "read a lock", Key=self._key(stored_key), ConsistentRead=True)
+        return reply.get("Item")
+
+    def _info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+        if not item:
+            return None
+        return LeaseInfo.from_item(item, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix)
+
+    def _gc_at(self, now: float, lease_seconds: float = 0.0) -> dict[str, str]:
+        # TTL wants whole epoch seconds as a Number.
+        return it.num(int(now + lease_seconds + self.options.retention) + 1)
+
+    def _new_owner(self) -> str:
+        return f"{self.client_id}:{uuid.uuid4().hex[:12]}"
+
+    def _lease_seconds(self, lease: float | None) -> float:
+        value = self.options.lease_duration if lease is None else lease
+        return check_seconds("lease", value)  # type: ignore[return-value]
+
+    def _wait_seconds(self, wait: float | None) -> float:
+        value = self.options.wait_timeout if wait is None else wait
+        return check_seconds("wait", value, allow_zero=True)  # type: ignore[return-value]
+
+    def _period(self, lease_seconds: float) -> float:
+        return min(self.options.heartbeat_period, lease_seconds / 3.0)
+
+    def _backoff(self, attempt: int) -> float:
+        # Equal jitter: never zero, never in lockstep with other waiters.
+        cap = min(self.options.max_retry_delay, self.options.min_retry_delay * 2**attempt)
+        return cap / 2 + random.uniform(0, cap / 2)
+
+    # -- acquire --------------------------------------------------------------
+    def acquire(
+        self,
+        key: str,
+        *,
+        wait: float | None = None,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+    ) -> Lease:
+        """Acquire ``key``, waiting up to ``wait`` seconds; raise LockNotAcquired if busy."""
+        self._check_open()
+        stored = self.options.prefixed(key)
+        return self._acquire(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False)
+
+    def try_acquire(
+        self,
+        key: str,
+        *,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> Lease | None:
+        """Exactly one attempt: the Lease, or None when the key is busy."""
+        if "wait" in kwargs:
+            raise InvalidArgument("try_acquire() makes exactly one attempt and takes no wait=; use acquire(wait=...)")
+        if kwargs:
+            raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
+        self._check_open()
+        stored = self.options.prefixed(key)
+        try:
+            return self._acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
+        except LockNotAcquired:
+            return None
+
+    def _acquire(
+        self, key: str, stored: str, wait: float, lease_seconds: float, holder: Mapping[str, Any] | None, *, single: bool
+    ) -> Lease:
+        started = time.monotonic()
+        if not self._gates.enter(stored, wait):
+            raise LockNotAcquired(key, holder=self._local_holder(stored), retry_after=None, waited=time.monotonic() - started)
+        try:
+            lease = self._acquire_remote(key, stored, started + wait, lease_seconds, holder, single=single)
+        except BaseException:
+            self._gates.leave(stored)
+            raise
+        self._start_holding(lease)
+        return lease
+
+    def _local_holder(self, stored: str) -> LeaseInfo | None:
+        for lease in list(self._held):
+            if lease.stored_key == stored:
+                return LeaseInfo(
+                    key=lease.key, stored_key=stored, token=lease.token, owner=lease.owner, rvn=None,
+                    lease_seconds=lease.lease_seconds, expires_at=None, acquired_at=None,
+                    host=socket.gethostname(), pid=os.getpid(), holder={k: str(v) for k, v in lease.holder.items()},
+                )
+        return None
+
+    def _start_holding(self, lease: Lease) -> None:
+        with self._lock:
+            self._held.add(lease)
+        self._heartbeater.add(lease, self._period(lease.lease_seconds))
+        self._emit("acquired", lease)
+
+    def _stop_holding(self, lease: Lease) -> None:
+        with self._lock:
+            if lease not in self._held:
+                return
+            self._held.discard(lease)
+        self._gates.leave(lease.stored_key)
+
+    def _acquire_request(
+        self, stored: str, owner: str, lease_seconds: float, holder: Mapping[str, Any] | None, takeover_rvn: str | None
+    ) -> dict[str, Any]:
+        """The UpdateItem parameters of one acquire attempt (shared with transactions)."""
+        now = time.time()
+        names = self._names(
+            it.OWNER, it.RVN, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
+            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT,
+        )
+        names["#gc"] = self.options.ttl_attribute
+        values = {
+            ":me": {"S": owner},
+            ":rvn": {"S": uuid.uuid4().hex},
+            ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
+            ":expires": it.num(now + lease_seconds),
+            ":now": it.num(now),
+            ":host": {"S": socket.gethostname()},
+            ":pid": it.num(os.getpid()),
+            ":thread": {"S": threading.current_thread().name},
+            ":holder": it.holder_map(holder),
+            ":gc": self._gc_at(now, lease_seconds),
+            # A key whose item was deleted by TTL starts again from the clock in µs,
+            # above every token issued before (unless a million were issued a second).
+            ":base": it.num(int(now * 1_000_000)),
+            ":one": it.num(1),
+        }
+        condition = "attribute_not_exists(#owner) OR #owner = :me"
+        if takeover_rvn is not None:
+            condition += " OR #rvn = :seen"
+            values[":seen"] = {"S": takeover_rvn}
+        if self.options.max_clock_skew is not None:
+            condition += " OR #expires_at < :stale"
+            values[":stale"] = it.num(now - self.options.max_clock_skew)
+        return {
+            "Key": self._key(stored),
+            "UpdateExpression": (
+                "SET #owner = :me, #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, "
+                "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
+                "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at"
+            ),
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
+            "ExpressionAttributeValues": values,
+            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+        }
+
+    def _observe(self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float) -> _Watch | None:
+        """Update the watch on the holder's record version; None when the key looks free."""
+        if not item or it.OWNER not in item:
+            return None
+        rvn = item.get(it.RVN, {}).get("S")
+        if watch is not None and watch.rvn == rvn:
+            return watch
+        lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
+        return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0)
+
+    def _acquire_remote(
+        self,
+        key: str,
+        stored: str,
+        give_up_at: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+        *,
+        single: bool,
+    ) -> Lease:
+        began = time.monotonic()
+        owner = self._new_owner()
+        watch: _Watch | None = None
+        last_item: dict[str, Any] | None = None
+        ambiguous = False
+        attempt = 0
+        while True:
+            takeover = watch.rvn if watch is not None and watch.rvn and time.monotonic() >= watch.takeover_at() else None
+            params = self._acquire_request(stored, owner, lease_seconds, holder, takeover)
+            sent = time.monotonic()
+            try:
+                reply = self._call("update_item", "acquire a lock", ReturnValues="ALL_NEW", **params)
+            except ClientError as exc:
+                last_item = self._old_item(exc, stored)
+                watch = self._observe(watch, last_item, time.monotonic())
+                error: DynLockError | None = None
+            except DynLockError as exc:
+                if not getattr(exc, "retryable", False):
+                    self._abandon(stored, owner, ambiguous or getattr(exc, "ambiguous", False))
+                    raise
+                ambiguous = ambiguous or getattr(exc, "ambiguous", False)
+                error = exc
+            else:
+                token = int(reply["Attributes"][it.FENCE]["N"])
+                return Lease(
+                    self, key=key, stored_key=stored, owner=owner, token=token,
+                    lease_seconds=lease_seconds, sent_at=sent, holder=dict(holder or {}),
+                )
+            now = time.monotonic()
+            if single or now >= give_up_at:
+                self._abandon(stored, owner, ambiguous)
+                if error is not None:
+                    raise error
+                info = self._info(last_item)
+                raise LockNotAcquired(key, holder=info, retry_after=self._retry_after(info, watch), waited=now - began)
+            if watch is None and error is None:
+                attempt = 0  # released between our two looks: go again at once
+                continue
+            delay = self._backoff(attempt)
+            attempt += 1
+            if watch is not None:
+                delay = min(delay, max(0.0, watch.takeover_at() - now))
+            time.sleep(max(0.0, min(delay, give_up_at - now)))
+
+    def _retry_after(self, info: LeaseInfo | None, watch: _Watch | None) -> float | None:
+        if info is None or not info.is_held:
+            return None
+        left = info.expires_in()
+        if left is not None and left > 0:
+            return left
+        if watch is not None:
+            return max(0.0, watch.takeover_at() - time.monotonic())
+        return info.lease_seconds
+
+    def _abandon(self, stored: str, owner: str, ambiguous: bool) -> None:
+        """Undo an acquire whose reply we never saw: it may have succeeded."""
+        if not ambiguous:
+            return
+        try:
+            self._call(
+                "update_item", "undo an unconfirmed acquire",
+                Key=self._key(stored),
+                UpdateExpression="SET #released_at = :now, #released_by = :me REMOVE #owner",
+                ConditionExpression="#owner = :me",
+                ExpressionAttributeNames=self._names(it.OWNER, it.RELEASED_AT, it.RELEASED_BY),
+                ExpressionAttributeValues={":me": {"S": owner}, ":now": it.num(time.time())},
+            )
+        except (ClientError, DynLockError) as exc:
+            # Not ours or unreachable: either way waiters take over after one lease.
+            logger.info("could not undo an unconfirmed acquire of %r: %s", stored, exc)
+
+    # -- many keys ------------------------------------------------------------
+    def acquire_many(
+        self,
+        keys: Iterable[str],
+        *,
+        wait: float | None = None,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+    ) -> LeaseGroup:
+        """Acquire all ``keys`` or none: one TransactWriteItems (ordered fallback without transactions)."""
+        self._check_open()
+        if isinstance(keys, str):
+            raise InvalidArgument("acquire_many() takes a list of keys, not one string; use acquire(key)")
+        by_stored = {self.options.prefixed(key): key for key in keys}
+        if not by_stored:
+            raise InvalidArgument("acquire_many() needs at least one key")
+        if len(by_stored) > MAX_KEYS_PER_TRANSACTION:
+            raise InvalidArgument(f"acquire_many() takes at most {MAX_KEYS_PER_TRANSACTION} keys, got {len(by_stored)}")
+        wait_s, lease_s = self._wait_seconds(wait), self._lease_seconds(lease)
+        started = time.monotonic()
+        give_up_at = started + wait_s
+        ordered = sorted(by_stored)  # one global order: no deadlock between processes
+        entered: list[str] = []
+        try:
+            for stored in ordered:
+                if not self._gates.enter(stored, max(0.0, give_up_at - time.monotonic())):
+                    raise LockNotAcquired(by_stored[stored], holder=self._local_holder(stored), waited=time.monotonic() - started, keys=tuple(by_stored.values()))
+                entered.append(stored)
+            if self.has_transactions is not False and len(ordered) > 1:
+                leases = self._acquire_transaction(by_stored, ordered, give_up_at, lease_s, holder)
+            else:
+                leases = None
+            if leases is None:
+                leases = self._acquire_in_order(by_stored, ordered, give_up_at, lease_s, holder)
+        except BaseException:
+            for stored in entered:
+                self._gates.leave(stored)
+            raise
+        for lease in leases:
+            self._start_holding(lease)
+        return LeaseGroup(self, leases)
+
+    def _acquire_in_order(
+        self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
+    ) -> list[Lease]:
+        leases: list[Lease] = []
+        try:
+            for stored in ordered:
+                leases.append(self._acquire_remote(by_stored[stored], stored, give_up_at, lease_s, holder, single=False))
+        except BaseException:
+            for lease in reversed(leases):
+                self._release_remote(lease, quiet=True)
+            raise
+        return leases
+
+    def _acquire_transaction(
+        self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
+    ) -> list[Lease] | None:
+        """All keys in one TransactWriteItems; None when the server has no transactions."""
+        owner = self._new_owner()
+        watches: dict[str, _Watch | None] = {}
+        attempt = 0
+        ambiguous = False
+        started = time.monotonic()
+        while True:
+            now = time.monotonic()
+            updates = []
+            for stored in ordered:
+                watch = watches.get(stored)
+                takeover = watch.rvn if watch is not None and watch.rvn and now >= watch.takeover_at() else None
+                request = self._acquire_request(stored, owner, lease_s, holder, takeover)
+                updates.append({"Update": {"TableName": self.options.table_name, **request}})
+            sent = time.monotonic()
+            error: DynLockError | None = None
+            busy: str | None = None
+            try:
+                self.boto.transact_write_items(TransactItems=updates)
+            except ClientError as exc:
+                code = error_code(exc)
+                if code == "UnknownOperationException":
+                    self.has_transactions = False
+                    self._say_once(
+                        "no-transactions",
+                        "DynamoDB server at %s has no transactions: acquire_many() falls back to "
+                        "acquiring keys one by one in sorted order, with rollback",
+                        self.options.endpoint_url,
+                    )
+                    return None
+                if code != "TransactionCanceledException":
+                    error = self._translate(exc, "acquire several locks")
+                    if not getattr(error, "retryable", False):
+                        self._abandon_many(ordered, owner, ambiguous or getattr(error, "ambiguous", False))
+                        raise error from exc
+                    ambiguous = ambiguous or getattr(error, "ambiguous", False)
+                else:
+                    reasons = exc.response.get("CancellationReasons") or []
+                    received = time.monotonic()
+                    for stored, reason in zip(ordered, reasons):
+                        if reason.get("Code") == "ConditionalCheckFailed":
+                            item = reason.get("Item")
+                            if item is None:
+                                item = self._get_item(stored)
+                            watches[stored] = self._observe(watches.get(stored), item, received)
+                            busy = busy or stored
+                    if busy is None:
+                        error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)
+            except BotoCoreError as exc:
+                error = self._translate(exc, "acquire several locks")
+                ambiguous = ambiguous or getattr(error, "ambiguous", False)
+            else:
+                self.has_transactions = True
+                return self._leases_after_transaction(by_stored, ordered, owner, lease_s, sent, holder)
+            now = time.monotonic()
+            if now >= give_up_at:
+                self._abandon_many(ordered, owner, ambiguous)
+                if busy is not None:
+                    watch = watches.get(busy)
+                    info = self._info(self._get_item(busy)) if watch else None
+                    raise LockNotAcquired(
+                        by_stored[busy], holder=info, retry_after=self._retry_after(info, watch),
+                        waited=now - started, keys=tuple(by_stored.values()),
+                    )
+                assert error is not None
+                raise error
+            delay = self._backoff(attempt)
+            attempt += 1
+            for watch in watches.values():
+                if watch is not None:
+                    delay = min(delay, max(0.0, watch.takeover_at() - now))
+            time.sleep(max(0.0, min(delay, give_up_at - now)))
+
+    def _leases_after_transaction(
+        self, by_stored: dict[str, str], ordered: list[str], owner: str, lease_s: float, sent: float, holder: Mapping[str, Any] | None
+    ) -> list[Lease]:
+        # TransactWriteItems returns no attributes: read the new tokens back. While we
+        # own the keys nobody else can change them, so this read is exact.
+        tokens: dict[str, int] = {}
+        pending: dict[str, Any] = {
+            self.options.table_name: {"Keys": [self._key(s) for s in ordered], "ConsistentRead": True}
+        }
+        for _ in range(10):
+            try:
+                reply = self.boto.batch_get_item(RequestItems=pending)
+            except (ClientError, BotoCoreError) as exc:
+                self._abandon_many(ordered, owner, True)
+                raise self._translate(exc, "read the new fencing tokens") from exc
+            for item in reply.get("Responses", {}).get(self.options.table_name, []):
+                if item.get(it.OWNER, {}).get("S") == owner:
+                    tokens[item[self.options.key_attribute]["S"]] = int(item[it.FENCE]["N"])
+            pending = reply.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+            time.sleep(self._backoff(0))
+        if len(tokens) != len(ordered):
+            self._abandon_many(ordered, owner, True)
+            raise BackendError("could not read back the fencing tokens of a multi-key acquire", retryable=True)
+        return [
+            Lease(self, key=by_stored[s], stored_key=s, owner=owner, token=tokens[s],
+                  lease_seconds=lease_s, sent_at=sent, holder=dict(holder or {}))
+            for s in ordered
+        ]
+
+    def _abandon_many(self, ordered: list[str], owner: str, ambiguous: bool) -> None:
+        for stored in ordered:
+            self._abandon(stored, owner, ambiguous)
+
+    # -- renew ------------------------------------------------------------------
+    def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
+        """One renewal write; raises LockLost if the lease is gone, DynLockError on failure."""
+        now = time.time()
+        sent = time.monotonic()
+        try:
+            self._call(
+                "update_item", "renew a lease",
+                Key=self._key(lease.stored_key),
+                UpdateExpression="SET #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
+                # Not conditioned on our previous rvn: a renewal applied whose reply was
+                # lost must not make the next one fail.
+                ConditionExpression="#owner = :me AND #fence = :token",
+                ExpressionAttributeNames={**self._names(it.OWNER, it.FENCE, it.RVN, it.LEASE_MS, it.EXPIRES_AT), "#gc": self.options.ttl_attribute},
+                ExpressionAttributeValues={
+                    ":me": {"S": lease.owner},
+                    ":token": it.num(lease.token),
+                    ":rvn": {"S": uuid.uuid4().hex},
+                    ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
+                    ":expires": it.num(now + lease_seconds),
+                    ":gc": self._gc_at(now, lease_seconds),
+                },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            reason, detail = self._why_not_ours(lease, self._old_item(exc, lease.stored_key))
+            self._lose(lease, reason, detail)
+            raise lease._lost or LockLost(lease.key, lease.token, reason, detail) from None
+        if lease._renewed(sent, lease_seconds):
+            self._emit("recovered", lease)
+
+    def _lose(self, lease: Lease, reason: str, detail: str) -> None:
+        """Mark a lease lost, free its local gate and tell the listeners (once)."""
+        if lease._mark_lost(reason, detail):
+            logger.warning("%r lost: %s", lease, lease._lost)
+            self._stop_holding(lease)
+            self._emit("lost", lease, reason=reason)
+
+    def _why_not_ours(self, lease: Lease, item: Mapping[str, Any] | None) -> tuple[str, str]:
+        info = self._info(item)
+        if info is None:
+            return "taken", "the lock item is gone"
+        if info.owner is None and info.was_broken:
+            return "broken", f"broken by {info.released_by[len(it.BREAK_PREFIX):]}: {info.break_reason or 'no reason given'}"
+        if info.owner is None:
+            return "released", "the lease was released"
+        return "taken", f"now held by {info.describe()} with token {info.token}"
+
+    def _extend(self, lease: Lease, lease_seconds: float | None) -> None:
+        self._check_open()
+        new = self._lease_seconds(lease_seconds if lease_seconds is not None else lease.lease_seconds)
+        lease.raise_if_lost()
+        with lease._renew_lock:
+            self._renew_once(lease, new)
+
+    def _heartbeat(self, lease: Lease) -> float | None:
+        """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
+        if lease._state in (LeaseState.LOST, LeaseState.RELEASED) or self._closed:
+            return None
+        period = self._period(lease.lease_seconds)
+        if time.monotonic() >= lease.valid_until:
+            self._lose(lease, "expired", "no successful renewal within the lease (DynamoDB unreachable?)")
+            return None
+        try:
+            with lease._renew_lock:
+                self._renew_once(lease, lease.lease_seconds)
+        except LockLost:
+            return None
+        except DynLockError as exc:
+            if lease._mark_at_risk():
+                logger.warning("renewing %r failed, lease at risk: %s", lease, exc)
+                self._emit("at_risk", lease, error=exc)
+            # Retry well before the lease runs out; the loop marks it lost at its end.
+            return max(self.options.min_retry_delay, min(period / 3, lease.remaining() / 3))
+        return period * random.uniform(0.85, 1.0)
+
+    # -- release ----------------------------------------------------------------
+    def _release(self, lease: Lease) -> None:
+        if os.getpid() != self._pid:
+            self._check_open()
+        if lease._state is LeaseState.RELEASED:
+            raise LockLost(lease.key, lease.token, "released", "release() was already called")
+        try:
+            if lease._state is LeaseState.LOST and lease.lost_reason != "expired":
+                raise lease._lost or LockLost(lease.key, lease.token, "taken")
+            if self._closed:
+                raise LockLost(lease.key, lease.token, "expired", "the lock client was closed before release")
+            self._release_remote(lease, quiet=False)
+        finally:
+            lease._mark_released()
+            self._stop_holding(lease)
+        self._emit("released", lease)
+
+    def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
+        """The release write. On success the item keeps its fence and loses its owner."""
+        expired_locally = time.monotonic() >= lease.valid_until
+        for attempt in range(RELEASE_ATTEMPTS):
+            now = time.time()
+            try:
+                self._call(
+                    "update_item", "release a lock",
+                    Key=self._key(lease.stored_key),
+                    UpdateExpression="SET #released_at = :now, #released_by = :me, #gc = :gc, #rvn = :rvn REMOVE #owner",
+                    ConditionExpression="#owner = :me AND #fence = :token",
+                    ExpressionAttributeNames={**self._names(it.OWNER, it.FENCE, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute},
+                    ExpressionAttributeValues={
+                        ":me": {"S": lease.owner},
+                        ":token": it.num(lease.token),
+                        ":now": it.num(now),
+                        ":rvn": {"S": uuid.uuid4().hex},
+                        ":gc": self._gc_at(now),
+                    },
+                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                )
+            except ClientError as exc:
+                item = self._old_item(exc, lease.stored_key)
+                info = self._info(item)
+                if info is not None and info.released_by == lease.owner and (info.token or 0) >= lease.token:
+                    return  # an earlier try of ours was applied; its reply was lost
+                if quiet:
+                    return
+                reason, detail = self._why_not_ours(lease, item)
+                self._lose(lease, reason, detail)
+                raise lease._lost or LockLost(lease.key, lease.token, reason, detail) from None
+            except DynLockError as exc:
+                if not getattr(exc, "retryable", False) or attempt == RELEASE_ATTEMPTS - 1:
+                    if not quiet:
+                        # The work ran under a valid lease; only freeing it early failed.
+                        # It stops being renewed, so waiters take over within one lease.
+                        logger.warning("could not release %r; it will expire within its lease: %s", lease, exc)
+                    return
+                time.sleep(self._backoff(attempt + 2))
+            else:
+                if expired_locally:
+                    # Owner and fence were unchanged: nobody held the key in between.
+                    logger.warning("%r was released after its local validity ended; nobody else had taken it", lease)
+                return
+
+    # -- inspection and operations ------------------------------------------------
+    def get(self, key: str) -> LeaseInfo | None:
+        """The live holder of ``key`` (one consistent read), or None if it is free."""
+        self._check_open()
+        info = self._info(self._get_item(self.options.prefixed(key)))
+        return info if info is not None and info.is_held else None
+
+    def leases(self, prefix: str = "", *, include_released: bool = False, page_size: int = 100) -> Iterator[LeaseInfo]:
+        """Iterate over live leases (or all items), one Scan page at a time."""
+        start: dict[str, Any] | None = None
+        while True:
+            page, start = self.scan_page(prefix, include_released=include_released, start=start, limit=page_size)
+            yield from page
+            if start is None:
+                return
+
+    def scan_page(
+        self, prefix: str = "", *, include_released: bool = False, start: dict[str, Any] | None = None, limit: int = 100
+    ) -> tuple[list[LeaseInfo], dict[str, Any] | None]:
+        """One Scan call: the leases on it and the cursor of the next page (None at the end)."""
+        self._check_open()
+        full_prefix = self.options.key_prefix + prefix
+        filters: list[str] = []
+        names: dict[str, str] = {}
+        values: dict[str, Any] = {}
+        if full_prefix:
+            filters.append("begins_with(#k, :prefix)")
+            names["#k"] = self.options.key_attribute
+            values[":prefix"] = {"S": full_prefix}
+        if not include_released:
+            filters.append("attribute_exists(#owner)")
+            names["#owner"] = it.OWNER
+        params: dict[str, Any] = {"Limit": limit, "ConsistentRead": True}
+        if filters:
+            params["FilterExpression"] = " AND ".join(filters)
+            params["ExpressionAttributeNames"] = names
+            if values:
+                params["ExpressionAttributeValues"] = values
+        if start:
+            params["ExclusiveStartKey"] = start
+        reply = self._call("scan", "list locks", **params)
+        page = [info for info in map(self._info, reply.get("Items", [])) if info is not None]
+        return page, reply.get("LastEvaluatedKey")
+
+    def break_lease(self, key: str, *, token: int | None = None, reason: str = "", by: str = "operator") -> bool:
+        """Force-release ``key``: only if it still has ``token`` when one is given. True if broken."""
+        self._check_open()
+        stored = self.options.prefixed(key)
+        if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
+            raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
+        now = time.time()
+        condition = "attribute_exists(#owner)"
+        values: dict[str, Any] = {
+            ":now": it.num(now),
+            ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
+            ":why": {"S": reason or "no reason given"},
+            ":rvn": {"S": uuid.uuid4().hex},
+            ":gc": self._gc_at(now),
+        }
+        if token is not None:
+            condition += " AND #fence = :token"
+            values[":token"] = it.num(token)
+        try:
+            self._call(
+                "update_item", "break a lock",
+                Key=self._key(stored),
+                UpdateExpression="SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn REMOVE #owner",
+                ConditionExpression=condition,
+                ExpressionAttributeNames={
+                    **self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON),
+                    **({"#fence": it.FENCE} if token is not None else {}),
+                    "#gc": self.options.ttl_attribute,
+                },
+                ExpressionAttributeValues=values,
+            )
+        except ClientError:
+            return False
+        logger.warning("lock %r (token %s) broken by %s: %s", key, token, by, reason or "no reason given")
+        for lease in list(self._held):
+            if lease.stored_key == stored and (token is None or lease.token == token):
+                # Our own process held it: tell the holder now, not at its next heartbeat.
+                self._lose(lease, "broken", f"broken by {by}: {reason or 'no reason given'}")
+        return True
+
+    def create_table(self, *, wait: bool = True, billing_mode: str = "PAY_PER_REQUEST",
+                     read_capacity: int | None = None, write_capacity: int | None = None,
+                     timeout: float = 60.0) -> TableStatus:
+        """Create the lock table if needed and enable TTL. Idempotent."""
+        self._check_open()
+        try:
+            return create_table(self, wait=wait, billing_mode=billing_mode, read_capacity=read_capacity,
+                                write_capacity=write_capacity, timeout=timeout)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, "create the lock table") from exc
+
+    def describe_table(self) -> TableStatus:
+        """The lock table's state (raises TableNotFound when missing)."""
+        self._check_open()
+        try:
+            return describe_table(self)
+        except (ClientError, BotoCoreError) as exc:
+            raise self._translate(exc, "describe the lock table") from exc
+
+    @property
+    def held(self) -> list[Lease]:
+        """Leases this client holds in this process."""
+        return list(self._held)
+
+    def close(self, *, release: bool = False) -> None:
+        """Stop renewing (and optionally release) every lease; returns promptly."""
+        if self._closed:
+            return
+        if release and os.getpid() == self._pid:
+            for lease in list(self._held):
+                try:
+                    self._release(lease)
+                except DynLockError as exc:
+                    logger.info("while closing, releasing %r failed: %s", lease, exc)
+        self._closed = True
+        self._heartbeater.stop()
+        # Leases we keep are no longer renewed: their holders must not trust them.
+        for lease in list(self._held):
+            self._lose(lease, "closed", "the lock client was closed")
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+
+def _after_fork_in_child() -> None:
+    for client in list(_live_clients):
+        if not client._closed:
+            client._after_fork()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,28 @@
+"""Building the low-level boto3 client a LockClient talks through.
+
+Low-level clients are thread-safe; boto3 sessions and resources are not, and
+creating clients from one session concurrently can race inside botocore. So each
+client is built from its own explicit Session, under a lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import boto3
+
+from .options import ClientOptions
+
+_build_lock = threading.Lock()
+
+
+def build_boto_client(options: ClientOptions) -> Any:
+    with _build_lock:
+        session = boto3.session.Session(**options.session_options)
+        return session.client(
+            "dynamodb",
+            endpoint_url=options.endpoint_url,
+            region_name=options.region_name,
+            config=options.client_config,
+        )

@@ -1,0 +1,133 @@
+"""Turn botocore's exceptions into django-dynlock's typed errors.
+
+One place decides what each failure means for a lock: whether retrying may help,
+and whether the request may have been applied although we saw no reply (then a
+retry must recognise its own earlier success, which our conditions allow).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+from botocore.exceptions import (
+    BotoCoreError,
+    ClientError,
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    NoCredentialsError,
+    NoRegionError,
+    ParamValidationError,
+    PartialCredentialsError,
+    ReadTimeoutError,
+)
+
+from ..exceptions import (
+    BackendError,
+    ConfigurationError,
+    CredentialsError,
+    DynLockError,
+    InvalidArgument,
+    TableNotFound,
+)
+
+RETRYABLE_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "ThrottlingException",
+        "RequestLimitExceeded",
+        "InternalServerError",
+        "InternalFailure",
+        "ServiceUnavailable",
+        "TransactionConflictException",
+        "TransactionInProgressException",
+    }
+)
+CREDENTIAL_CODES = frozenset(
+    {
+        "UnrecognizedClientException",
+        "InvalidSignatureException",
+        "ExpiredTokenException",
+        "MissingAuthenticationToken",
+        "InvalidClientTokenId",
+        "IncompleteSignature",
+    }
+)
+
+
+def error_code(exc: BaseException) -> str | None:
+    if isinstance(exc, ClientError):
+        return exc.response.get("Error", {}).get("Code")
+    return None
+
+
+def safe_endpoint(url: str | None) -> str:
+    """The endpoint for messages, without any user:password part."""
+    if not url:
+        return "AWS DynamoDB"
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def may_have_applied(exc: BaseException) -> bool:
+    """True when the request may have reached DynamoDB although we got no answer."""
+    if isinstance(exc, (ConnectTimeoutError, EndpointConnectionError)) and not isinstance(exc, ReadTimeoutError):
+        return False
+    if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):
+        return True
+    code = error_code(exc)
+    if code in ("InternalServerError", "InternalFailure", "ServiceUnavailable"):
+        return True
+    # Any other transport-level failure: assume the worst.
+    return isinstance(exc, BotoCoreError) and not isinstance(exc, (NoCredentialsError, ParamValidationError))
+
+
+def translate(exc: BaseException, *, table: str, endpoint: str | None, action: str) -> DynLockError:
+    """A typed error whose message says what to fix. Never includes credentials."""
+    where = safe_endpoint(endpoint)
+    if isinstance(exc, DynLockError):
+        return exc
+    if isinstance(exc, ClientError):
+        code = error_code(exc) or "Unknown"
+        message = exc.response.get("Error", {}).get("Message") or ""
+        if code == "ResourceNotFoundException":
+            return TableNotFound(
+                f"the lock table {table!r} does not exist at {where}: create it with "
+                f"`python manage.py createlocktable` (or LockClient.create_table())",
+                code=code,
+            )
+        if code in CREDENTIAL_CODES:
+            return CredentialsError(
+                f"DynamoDB at {where} rejected the credentials ({code}) while trying to {action}: "
+                f"check SESSION_OPTIONS or the AWS environment variables / profile",
+                code=code,
+            )
+        if code == "AccessDeniedException":
+            return BackendError(
+                f"access denied to table {table!r} at {where} while trying to {action}: grant the IAM "
+                f"principal dynamodb:UpdateItem, GetItem, Scan, TransactWriteItems, BatchGetItem, "
+                f"DescribeTable, CreateTable and UpdateTimeToLive on it",
+                code=code,
+            )
+        if code in RETRYABLE_CODES:
+            return BackendError(f"DynamoDB at {where} is busy or failing ({code}) while trying to {action}", code=code, retryable=True)
+        return BackendError(f"DynamoDB at {where} refused to {action}: {code}: {message}", code=code)
+    if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        return CredentialsError(
+            "no AWS credentials found: set DYNLOCK SESSION_OPTIONS (profile_name or keys), "
+            "the AWS_* environment variables, or an instance role"
+        )
+    if isinstance(exc, NoRegionError):
+        return ConfigurationError("no AWS region: set REGION_NAME in the DYNLOCK alias or AWS_DEFAULT_REGION")
+    if isinstance(exc, ParamValidationError):
+        return InvalidArgument(f"invalid request while trying to {action}: {exc}")
+    if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
+        return BackendError(f"could not connect to DynamoDB at {where} while trying to {action}: check ENDPOINT_URL and the network", retryable=True)
+    if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):
+        return BackendError(f"no reply from DynamoDB at {where} while trying to {action} (timeout or connection closed)", retryable=True)
+    if isinstance(exc, BotoCoreError):
+        return BackendError(f"DynamoDB client error while trying to {action}: {type(exc).__name__}", retryable=True)
+    raise exc

@@ -1,0 +1,77 @@
+"""One background thread per lock client that renews every lease it holds.
+
+Leases are kept in a heap by due time, each renewed about once per heartbeat
+period with jitter, so a thousand leases acquired together do not renew together.
+The thread is a daemon, started on first use, and restarted lazily after fork.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+import random
+import threading
+import time
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:
+    from .lease import Lease
+
+logger = logging.getLogger("django_dynlock")
+
+
+class Heartbeater:
+    def __init__(self, renew: Callable[[Lease], float | None], name: str):
+        # `renew` sends one heartbeat and returns the delay until the next, or None
+        # when the lease needs no more (released or lost).
+        self._renew = renew
+        self._name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, Lease]] = []
+        self._seq = itertools.count()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: Lease, period: float) -> None:
+        self.schedule(lease, time.monotonic() + period * random.uniform(0.8, 1.0))
+
+    def schedule(self, lease: Lease, due: float) -> None:
+        with self._cond:
+            if self._stopping:
+                return
+            heapq.heappush(self._heap, (due, next(self._seq), lease))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def stop(self, timeout: float = 0.5) -> None:
+        """Stop promptly: wait at most `timeout` for a renewal that is in flight."""
+        with self._cond:
+            self._stopping = True
+            self._heap.clear()
+            self._cond.notify()
+            thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout)
+
+    def _next(self) -> Lease | None:
+        with self._cond:
+            while not self._stopping:
+                now = time.monotonic()
+                if self._heap and self._heap[0][0] <= now:
+                    return heapq.heappop(self._heap)[2]
+                timeout = self._heap[0][0] - now if self._heap else None
+                self._cond.wait(timeout)
+            return None
+
+    def _run(self) -> None:
+        while (lease := self._next()) is not None:
+            try:
+                delay = self._renew(lease)
+            except Exception:  # never let one bad renewal kill the renewals of the others
+                logger.exception("heartbeat of %r failed unexpectedly", lease)
+                delay = 0.5
+            if delay is not None:
+                self.schedule(lease, time.monotonic() + delay)

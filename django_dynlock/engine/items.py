@@ -1,0 +1,127 @@
+"""The DynamoDB item that stores one lock, and its reading into :class:`LeaseInfo`.
+
+One item per key, partition key only. The item outlives releases so that the
+fencing counter never goes backwards; the TTL attribute only garbage-collects idle
+items and is never used for correctness.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+OWNER = "owner"
+RVN = "rvn"
+FENCE = "fence"
+LEASE_MS = "lease_ms"
+EXPIRES_AT = "expires_at"
+ACQUIRED_AT = "acquired_at"
+RELEASED_AT = "released_at"
+RELEASED_BY = "released_by"
+BREAK_REASON = "break_reason"
+HOST = "host"
+PID = "pid"
+THREAD = "thread"
+HOLDER = "holder"
+
+BREAK_PREFIX = "break:"
+
+
+def num(value: float | int) -> dict[str, str]:
+    if isinstance(value, float):
+        return {"N": repr(round(value, 6))}
+    return {"N": str(value)}
+
+
+def holder_map(holder: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Holder metadata as a DynamoDB map of strings (None values are dropped)."""
+    return {"M": {str(k): {"S": str(v)[:1024]} for k, v in (holder or {}).items() if v is not None}}
+
+
+def _n(item: Mapping[str, Any], name: str) -> float | None:
+    value = item.get(name, {}).get("N")
+    return float(value) if value is not None else None
+
+
+def _s(item: Mapping[str, Any], name: str) -> str | None:
+    return item.get(name, {}).get("S")
+
+
+def _ts(value: float | None) -> dt.datetime | None:
+    return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc) if value is not None else None
+
+
+@dataclass(frozen=True)
+class LeaseInfo:
+    """What the table says about one key: its holder, token and timing.
+
+    Times are the holder's wall clock (informational: correctness never depends on
+    them unless MAX_CLOCK_SKEW is set).
+    """
+
+    key: str
+    stored_key: str
+    token: int | None
+    owner: str | None
+    rvn: str | None
+    lease_seconds: float | None
+    expires_at: dt.datetime | None
+    acquired_at: dt.datetime | None
+    released_at: dt.datetime | None = None
+    released_by: str | None = None
+    break_reason: str | None = None
+    host: str | None = None
+    pid: int | None = None
+    thread: str | None = None
+    holder: dict[str, str] = field(default_factory=dict)
+    raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    @property
+    def is_held(self) -> bool:
+        """An owner is recorded (it may still be a crashed holder whose lease ran out)."""
+        return self.owner is not None
+
+    @property
+    def was_broken(self) -> bool:
+        return bool(self.released_by and self.released_by.startswith(BREAK_PREFIX))
+
+    def expires_in(self, now: dt.datetime | None = None) -> float | None:
+        """Seconds until the stored expiry, by this machine's wall clock (negative: past)."""
+        if self.expires_at is None:
+            return None
+        now = now or dt.datetime.now(tz=dt.timezone.utc)
+        return (self.expires_at - now).total_seconds()
+
+    def describe(self) -> str:
+        where = f"{self.host or '?'}:{self.pid or '?'}"
+        what = self.holder.get("view") or self.holder.get("function") or self.holder.get("command")
+        return f"{what} on {where}" if what else where
+
+    @classmethod
+    def from_item(cls, item: Mapping[str, Any], *, key_attribute: str, key_prefix: str) -> LeaseInfo:
+        from .keys import unprefix
+
+        stored = item[key_attribute]["S"]
+        fence = item.get(FENCE, {}).get("N")
+        pid = _n(item, PID)
+        holder = {k: v.get("S", "") for k, v in item.get(HOLDER, {}).get("M", {}).items()}
+        lease_ms = _n(item, LEASE_MS)
+        return cls(
+            key=unprefix(key_prefix, stored),
+            stored_key=stored,
+            token=int(fence) if fence is not None else None,  # exact: no float rounding
+            owner=_s(item, OWNER),
+            rvn=_s(item, RVN),
+            lease_seconds=lease_ms / 1000.0 if lease_ms is not None else None,
+            expires_at=_ts(_n(item, EXPIRES_AT)),
+            acquired_at=_ts(_n(item, ACQUIRED_AT)),
+            released_at=_ts(_n(item, RELEASED_AT)),
+            released_by=_s(item, RELEASED_BY),
+            break_reason=_s(item, BREAK_REASON),
+            host=_s(item, HOST),
+            pid=int(pid) if pid is not None else None,
+            thread=_s(item, THREAD),
+            holder=holder,
+            raw=dict(item),
+        )

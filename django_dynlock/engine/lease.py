@@ -1,0 +1,243 @@
+"""Lease handles: what a successful acquire returns to its holder.
+
+A :class:`Lease` decides locally, without the network, whether its holder may still
+act: until ``send time of the last successful write + lease - safety margin`` on
+this process' monotonic clock. Waiters elsewhere may take over only after watching
+the record unchanged for a full lease on *their* monotonic clock, which starts no
+earlier than our write was applied; so with clocks that run at the same rate the
+two intervals never overlap, whatever the wall clocks say.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import threading
+import time
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Iterator
+
+from ..exceptions import DynLockError, LockLost
+from .items import LeaseInfo
+
+if TYPE_CHECKING:
+    from .client import LockClient
+
+logger = logging.getLogger("django_dynlock")
+
+__all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState"]
+
+
+class LeaseState(str, enum.Enum):
+    HELD = "held"
+    AT_RISK = "at_risk"  # a renewal failed; the lease is still valid for remaining()
+    LOST = "lost"
+    RELEASED = "released"
+
+
+class Lease:
+    """A held lock on one key. Use as a context manager, or call :meth:`release`."""
+
+    def __init__(
+        self,
+        client: LockClient,
+        *,
+        key: str,
+        stored_key: str,
+        owner: str,
+        token: int,
+        lease_seconds: float,
+        sent_at: float,
+        holder: dict[str, Any] | None = None,
+    ):
+        self._client = client
+        self.key = key
+        self.stored_key = stored_key
+        self.owner = owner
+        self.token = token
+        self.holder = dict(holder or {})
+        self.acquired_monotonic = sent_at
+        self._lock = threading.Lock()
+        # Renewals of one lease are serialised, so the last one sent is the last applied
+        # and its send time bounds our validity.
+        self._renew_lock = threading.Lock()
+        self._state = LeaseState.HELD
+        self._lost: LockLost | None = None
+        self.lease_seconds = lease_seconds
+        self._valid_until = 0.0
+        self._renewed(sent_at, lease_seconds)
+
+    # -- local view, no network ------------------------------------------------
+    def _renewed(self, sent_at: float, lease_seconds: float) -> bool:
+        """Record a successful write sent at ``sent_at``; True if the lease was at risk."""
+        margin = lease_seconds * self._client.options.safety_margin
+        with self._lock:
+            self.lease_seconds = lease_seconds
+            # Not max(): a shorter extend() shortens what waiters will wait for too.
+            self._valid_until = sent_at + lease_seconds - margin
+            if self._state is LeaseState.AT_RISK:
+                self._state = LeaseState.HELD
+                return True
+        return False
+
+    @property
+    def valid_until(self) -> float:
+        """The monotonic time (``time.monotonic()``) at which this holder must stop."""
+        return self._valid_until
+
+    @property
+    def state(self) -> LeaseState:
+        if self._state in (LeaseState.HELD, LeaseState.AT_RISK) and time.monotonic() >= self._valid_until:
+            return LeaseState.LOST
+        return self._state
+
+    @property
+    def is_held(self) -> bool:
+        """True while this holder may act. A local check: it sends nothing."""
+        return self.state in (LeaseState.HELD, LeaseState.AT_RISK)
+
+    def remaining(self) -> float:
+        """Seconds this holder may still act (0.0 once lost or released)."""
+        if not self.is_held:
+            return 0.0
+        return max(0.0, self._valid_until - time.monotonic())
+
+    def raise_if_lost(self) -> None:
+        """Raise :class:`LockLost` unless this holder may still act. Call it before a side effect."""
+        state = self.state
+        if state in (LeaseState.HELD, LeaseState.AT_RISK):
+            return
+        if state is LeaseState.RELEASED:
+            raise LockLost(self.key, self.token, "released", "the lease was released")
+        raise self._lost or LockLost(self.key, self.token, "expired", "no successful renewal within the lease")
+
+    # -- transitions, called by the client and its heartbeat thread -----------
+    def _mark_at_risk(self) -> bool:
+        with self._lock:
+            if self._state is LeaseState.HELD:
+                self._state = LeaseState.AT_RISK
+                return True
+        return False
+
+    def _mark_lost(self, reason: str, detail: str = "") -> bool:
+        with self._lock:
+            if self._state in (LeaseState.LOST, LeaseState.RELEASED):
+                return False
+            self._state = LeaseState.LOST
+            self._lost = LockLost(self.key, self.token, reason, detail)
+        return True
+
+    def _mark_released(self) -> None:
+        with self._lock:
+            self._state = LeaseState.RELEASED
+
+    @property
+    def lost_reason(self) -> str | None:
+        if self.state is not LeaseState.LOST:
+            return None
+        return self._lost.reason if self._lost else "expired"
+
+    # -- network operations ------------------------------------------------------
+    def extend(self, lease: float | None = None) -> None:
+        """Renew now, optionally with a new duration: one conditional write."""
+        self._client._extend(self, lease)
+
+    def release(self) -> None:
+        """Release the lock (one conditional write).
+
+        Raises :class:`LockLost` if the lease had already ended (expired, taken over
+        or broken): the protected work may have overlapped another holder.
+        """
+        self._client._release(self)
+
+    def info(self) -> LeaseInfo | None:
+        """The table's current view of this key (one consistent read)."""
+        return self._client.get(self.key)
+
+    def __enter__(self) -> Lease:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        release_quietly_if_failing(self, exc)
+
+    def __repr__(self) -> str:
+        return f"<Lease key={self.key!r} token={self.token} state={self.state.value} remaining={self.remaining():.2f}s>"
+
+
+def release_quietly_if_failing(handle: Lease | LeaseGroup, exc: BaseException | None) -> None:
+    """Release on context exit without ever hiding the protected code's own exception."""
+    if exc is None:
+        handle.release()
+        return
+    try:
+        handle.release()
+    except DynLockError as release_error:
+        # The caller's exception is what they need to see; ours is logged beside it.
+        logger.warning("while handling %r, releasing %r also failed: %s", exc, handle, release_error)
+
+
+class LeaseGroup:
+    """Several leases acquired together by ``acquire_many``; one handle releases all."""
+
+    def __init__(self, client: LockClient, leases: list[Lease]):
+        self._client = client
+        self.leases = leases
+
+    @property
+    def keys(self) -> list[str]:
+        return [lease.key for lease in self.leases]
+
+    @property
+    def tokens(self) -> dict[str, int]:
+        return {lease.key: lease.token for lease in self.leases}
+
+    def __getitem__(self, key: str) -> Lease:
+        for lease in self.leases:
+            if lease.key == key:
+                return lease
+        raise KeyError(key)
+
+    def __iter__(self) -> Iterator[Lease]:
+        return iter(self.leases)
+
+    def __len__(self) -> int:
+        return len(self.leases)
+
+    @property
+    def is_held(self) -> bool:
+        return all(lease.is_held for lease in self.leases)
+
+    def remaining(self) -> float:
+        return min((lease.remaining() for lease in self.leases), default=0.0)
+
+    def raise_if_lost(self) -> None:
+        for lease in self.leases:
+            lease.raise_if_lost()
+
+    def extend(self, lease: float | None = None) -> None:
+        for one in self.leases:
+            one.extend(lease)
+
+    def release(self) -> None:
+        """Release every lease; raise the first LockLost after trying them all."""
+        first: LockLost | None = None
+        for lease in reversed(self.leases):
+            try:
+                lease.release()
+            except LockLost as error:
+                first = first or error
+        if first is not None:
+            raise first
+
+    def __enter__(self) -> LeaseGroup:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        release_quietly_if_failing(self, exc)
+
+    def __repr__(self) -> str:
+        return f"<LeaseGroup {self.tokens}>"

@@ -1,0 +1,170 @@
+#!/usr/bin/env python
+"""Run the django-dynlock demo site (``make run``).
+
+1. start a moto server (local DynamoDB) on 127.0.0.1:8001;
+2. ``manage.py migrate``;
+3. create the lock table through django_dynlock's own API;
+4. create the superuser admin / admin if missing;
+5. ``manage.py runserver 127.0.0.1:8000`` in the foreground.
+
+Ctrl-C (SIGINT), SIGTERM or SIGHUP stop runserver and the moto server.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from tests.servers import (  # noqa: E402
+    LOOPBACK,
+    PortInUseError,
+    ServerStartError,
+    port_is_free,
+    server_env,
+    start_moto_server,
+)
+
+MOTO_PORT = 8001
+WEB_PORT = 8000
+ADMIN_USER = "admin"
+ADMIN_PASSWORD = "admin"
+MANAGE = [sys.executable, str(REPO_ROOT / "manage.py")]
+STEP_TIMEOUT = 300  # seconds, per setup step
+STOP_TIMEOUT = 10  # seconds to wait for runserver after SIGTERM
+
+CREATE_TABLE = (
+    "from django_dynlock import get_lock_client; "
+    "print(get_lock_client().create_table(wait=True))"
+)
+CREATE_SUPERUSER = f"""
+from django.contrib.auth import get_user_model
+User = get_user_model()
+if User.objects.filter(username={ADMIN_USER!r}).exists():
+    print("superuser {ADMIN_USER!s} already exists")
+else:
+    User.objects.create_superuser({ADMIN_USER!r}, "admin@localhost", {ADMIN_PASSWORD!r})
+    print("superuser {ADMIN_USER!s} created")
+"""
+
+
+class Stop(Exception):
+    """Raised by the signal handlers to unwind into the finally blocks."""
+
+
+def _on_signal(signum, frame):
+    raise Stop(signal.Signals(signum).name)
+
+
+def say(message: str) -> None:
+    print(f"[demo] {message}", flush=True)
+
+
+def run_step(title: str, args: list, env: dict) -> None:
+    say(title)
+    subprocess.run(MANAGE + args, env=env, cwd=REPO_ROOT, check=True, timeout=STEP_TIMEOUT)
+
+
+def stop_process_group(process: subprocess.Popen) -> None:
+    """runserver runs in its own session (its autoreloader has a child)."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        try:
+            os.killpg(process.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            process.wait(timeout=STOP_TIMEOUT)
+        except subprocess.TimeoutExpired:
+            continue
+        if sig == signal.SIGTERM:
+            # Leader gone; make sure no straggler (the reloader's child) remains.
+            try:
+                os.killpg(process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        return
+
+
+def main() -> int:
+    signal.signal(signal.SIGTERM, _on_signal)
+    signal.signal(signal.SIGHUP, _on_signal)
+
+    if not port_is_free(WEB_PORT):
+        say(f"ERROR: {LOOPBACK}:{WEB_PORT} is already in use; stop whatever runs there "
+            "(another `make run`?) and try again.")
+        return 1
+
+    server = None
+    web = None
+    try:
+        say(f"starting moto (local DynamoDB) on {LOOPBACK}:{MOTO_PORT} ...")
+        try:
+            server = start_moto_server(port=MOTO_PORT)
+        except PortInUseError:
+            say(f"ERROR: {LOOPBACK}:{MOTO_PORT} is already in use; the demo needs that port "
+                "for its moto server. Stop whatever runs there (another `make run`?) "
+                "and try again.")
+            return 1
+        except ServerStartError as exc:
+            say(f"ERROR: could not start moto:\n{exc}")
+            return 1
+        say(f"moto is ready at {server.endpoint_url}")
+
+        env = server_env(
+            {
+                "DYNLOCK_ENDPOINT_URL": server.endpoint_url,
+                "DJANGO_SETTINGS_MODULE": "testproject.settings",
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
+        try:
+            run_step("migrating the SQLite database (.demo/db.sqlite3) ...",
+                     ["migrate", "--noinput"], env)
+            run_step("creating the lock table ...", ["shell", "--verbosity", "0", "-c", CREATE_TABLE], env)
+            run_step("creating the superuser ...", ["shell", "--verbosity", "0", "-c", CREATE_SUPERUSER], env)
+        except subprocess.CalledProcessError as exc:
+            say(f"ERROR: setup step failed (exit {exc.returncode}): {' '.join(map(str, exc.cmd))}")
+            return 1
+        except subprocess.TimeoutExpired as exc:
+            say(f"ERROR: setup step timed out after {exc.timeout}s: {' '.join(map(str, exc.cmd))}")
+            return 1
+
+        url = f"http://{LOOPBACK}:{WEB_PORT}/admin/"
+        say("")
+        say(f"  Admin:    {url}")
+        say(f"  Login:    {ADMIN_USER} / {ADMIN_PASSWORD}")
+        say(f"  DynamoDB: {server.endpoint_url} (moto, in memory)")
+        say("  Press Ctrl-C to stop.")
+        say("")
+
+        web = subprocess.Popen(
+            MANAGE + ["runserver", f"{LOOPBACK}:{WEB_PORT}"],
+            env=env,
+            cwd=REPO_ROOT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,  # so that stopping it also stops the reloader child
+        )
+        code = web.wait()
+        say(f"runserver exited with status {code}")
+        return code or 0
+    except (KeyboardInterrupt, Stop) as exc:
+        say(f"stopping ({type(exc).__name__}{': ' + str(exc) if str(exc) else ''}) ...")
+        return 130 if isinstance(exc, KeyboardInterrupt) else 143
+    finally:
+        # Ignore further signals while cleaning up, so cleanup is not cut short.
+        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
+        if web is not None:
+            stop_process_group(web)
+        if server is not None:
+            server.stop()
+            say("moto stopped")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

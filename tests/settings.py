@@ -1,0 +1,45 @@
+"""Django settings for the test suite. The DYNLOCK endpoint is replaced per test."""
+
+SECRET_KEY = "tests-only"
+DEBUG = False
+USE_TZ = True
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django_dynlock",
+]
+MIDDLEWARE = [
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+]
+ROOT_URLCONF = "testproject.urls"
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ]
+        },
+    }
+]
+DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# Port 9 (discard) on loopback: a test that forgets its fixture fails fast instead of
+# reaching AWS.
+DYNLOCK = {
+    "default": {
+        "ENDPOINT_URL": "http://127.0.0.1:9",
+        "REGION_NAME": "us-east-1",
+        "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+    }
+}

@@ -1,0 +1,63 @@
+"""The lock table: create_table, and the deployment check that inspects it."""
+
+from __future__ import annotations
+
+import pytest
+from django.core import checks
+
+from django_dynlock import BackendError, get_lock_client
+from tests.conftest import alias_settings, table_name
+from tests.servers import dummy_client
+
+
+def table_check_ids() -> list[str]:
+    return [m.id for m in checks.run_checks(tags=["dynlock_table"], include_deployment_checks=True)]
+
+
+def test_create_table_is_idempotent_and_the_check_is_clean(dynlock):
+    again = dynlock.create_table(wait=True)
+    assert not again.created and again.ok
+    ids = table_check_ids()
+    if dynlock.server.kind == "moto":
+        assert ids == [] and again.ttl_status == "ENABLED" and again.ttl_attribute == "gc_at"
+    else:  # dynalite cannot enable TTL: a warning, not a failure
+        assert ids == ["dynlock.W101"]
+
+
+def test_missing_table(server, settings):
+    settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, table_name())}
+    assert table_check_ids() == ["dynlock.E101"]
+    message = checks.run_checks(tags=["dynlock_table"], include_deployment_checks=True)[0]
+    assert "createlocktable" in message.hint
+
+
+def test_unreachable_endpoint(settings):
+    settings.DYNLOCK = {"default": alias_settings("http://127.0.0.1:9", "unreachable", CLIENT_CONFIG={"connect_timeout": 0.5, "retries": {"total_max_attempts": 1}})}
+    assert table_check_ids() == ["dynlock.E102"]
+
+
+def test_wrong_key_schema(server, settings):
+    name = table_name()
+    dummy_client(server.endpoint_url).create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
+        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+    )
+    settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, name)}
+    assert "dynlock.E103" in table_check_ids()
+    with pytest.raises(BackendError, match="partition key is 'pk', expected 'key'"):
+        get_lock_client().create_table()
+
+
+def test_ttl_disabled_warns_and_create_table_enables_it(moto_server, settings):
+    name = table_name()
+    dummy_client(moto_server.endpoint_url).create_table(
+        TableName=name, BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"}],
+    )
+    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
+    assert table_check_ids() == ["dynlock.W101"]
+    status = get_lock_client().create_table()
+    assert not status.created and status.ttl_status == "ENABLED"
+    assert table_check_ids() == []

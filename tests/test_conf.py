@@ -1,0 +1,124 @@
+"""The DYNLOCK setting: defaults, lazy reading, and one test per system check id."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from botocore.config import Config
+from django.core import checks
+from django.core.management import call_command
+from django.core.management.base import SystemCheckError
+
+from django_dynlock import ConfigurationError, get_lock_client
+from django_dynlock.conf import DEFAULTS, get_options, problems
+
+GOOD = {"REGION_NAME": "us-east-1"}
+
+
+def ids(setting) -> list[str]:
+    return [m.id for m in checks.run_checks(tags=["dynlock"])]
+
+
+@pytest.mark.parametrize(
+    "setting, expected",
+    [
+        ("not a dict", "dynlock.E001"),
+        ({"reports": {}}, "dynlock.E002"),
+        ({"default": []}, "dynlock.E003"),
+        ({"default": {"LEASE_DURATIN": 10}}, "dynlock.E004"),
+        ({"default": {"TABLE_NAME": 5}}, "dynlock.E005"),
+        ({"default": {"LEASE_DURATION": "30"}}, "dynlock.E005"),
+        ({"default": {"WAIT_TIMEOUT": True}}, "dynlock.E005"),
+        ({"default": {"SESSION_OPTIONS": "profile"}}, "dynlock.E005"),
+        ({"default": {"LEASE_DURATION": 0}}, "dynlock.E006"),
+        ({"default": {"LEASE_DURATION": math.nan}}, "dynlock.E006"),
+        ({"default": {"WAIT_TIMEOUT": -1}}, "dynlock.E006"),
+        ({"default": {"RETENTION": math.inf}}, "dynlock.E006"),
+        ({"default": {"SAFETY_MARGIN": 0.5}}, "dynlock.E006"),
+        ({"default": {"LEASE_DURATION": 10, "HEARTBEAT_PERIOD": 5}}, "dynlock.E007"),
+        ({"default": {"TABLE_NAME": "x"}}, "dynlock.E008"),
+        ({"default": {"TABLE_NAME": "bad name!"}}, "dynlock.E008"),
+        ({"default": {"CLIENT_CONFIG": {"read_timeut": 1}}}, "dynlock.E009"),
+        ({"default": {"SESSION_OPTIONS": {"profile": "x"}}}, "dynlock.E010"),
+        ({"default": {"ENDPOINT_URL": "localhost:8000"}}, "dynlock.E011"),
+        ({"default": {"KEY_PREFIX": "p" * 2048}}, "dynlock.E012"),
+        ({"default": {"MIN_RETRY_DELAY": 1.0, "MAX_RETRY_DELAY": 0.5}}, "dynlock.E013"),
+        ({"default": {"TTL_ATTRIBUTE": "owner"}}, "dynlock.E014"),
+        ({"default": {"KEY_ATTRIBUTE": "k", "TTL_ATTRIBUTE": "k"}}, "dynlock.E014"),
+        ({"default": {"CLIENT_CONFIG": {"read_timeout": 60, "connect_timeout": 60}}}, "dynlock.W001"),
+        ({"default": {"MAX_CLOCK_SKEW": 60}}, "dynlock.W002"),
+    ],
+)
+def test_each_check_id_fires_on_its_bad_setting(settings, setting, expected):
+    settings.DYNLOCK = setting
+    messages = checks.run_checks(tags=["dynlock"])
+    assert expected in [m.id for m in messages], messages
+    message = next(m for m in messages if m.id == expected)
+    assert (message.level >= checks.ERROR) == (".E" in expected)
+    assert message.hint or expected == "dynlock.E014"
+
+
+def test_unknown_key_suggests_the_right_name(settings):
+    settings.DYNLOCK = {"default": {"LEASE_DURATIN": 10}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert "LEASE_DURATIN" in message.msg and "LEASE_DURATION" in message.hint
+
+
+def test_endpoint_with_credentials_is_not_echoed(settings):
+    settings.DYNLOCK = {"default": {"ENDPOINT_URL": "ftp://user:s3cret@host"}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.E011" and "s3cret" not in message.msg
+
+
+def test_defaults_are_clean(settings):
+    del settings.DYNLOCK
+    assert problems() == ()
+    options = get_options()
+    assert options.table_name == DEFAULTS["TABLE_NAME"] and options.lease_duration == 30.0
+
+
+def test_good_settings_with_a_botocore_config_are_clean(settings):
+    settings.DYNLOCK = {"default": {**GOOD, "CLIENT_CONFIG": Config(read_timeout=1)}, "reports": {"TABLE_NAME": "reports"}}
+    assert checks.run_checks(tags=["dynlock"]) == []
+    assert get_options().client_config.read_timeout == 1
+    assert get_options().client_config.connect_timeout == 1.0  # our default kept under the user's
+
+
+def test_settings_are_reread_when_overridden(settings):
+    settings.DYNLOCK = {"default": {**GOOD, "TABLE_NAME": "first"}}
+    assert get_lock_client().options.table_name == "first"
+    settings.DYNLOCK = {"default": {**GOOD, "TABLE_NAME": "second"}}
+    assert get_lock_client().options.table_name == "second"
+
+
+def test_bad_alias_refuses_to_build_a_client(settings):
+    settings.DYNLOCK = {"default": {"LEASE_DURATION": -1}}
+    with pytest.raises(ConfigurationError, match=r"LEASE_DURATION.*dynlock.E006"):
+        get_lock_client()
+    with pytest.raises(ConfigurationError, match="no alias 'nope'"):
+        get_lock_client("nope")
+
+
+def test_secrets_never_in_repr(settings):
+    settings.DYNLOCK = {"default": {**GOOD, "SESSION_OPTIONS": {"aws_secret_access_key": "TOPSECRET", "aws_access_key_id": "AKIDX"}}}
+    client = get_lock_client()
+    assert "TOPSECRET" not in repr(client) and "TOPSECRET" not in repr(client.options)
+    assert "AKIDX" not in repr(client.options)
+
+
+def test_manage_py_check_fails_on_errors(settings):
+    settings.DYNLOCK = {"default": {"TABLE_NAME": "x"}}
+    with pytest.raises(SystemCheckError, match="dynlock.E008"):
+        call_command("check")
+
+
+def test_importing_the_app_reads_no_settings():
+    import subprocess
+    import sys
+
+    # With settings not configured at all, importing must not touch them.
+    code = "import django_dynlock, django_dynlock.checks, django_dynlock.conf; print('ok')"
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "."})
+    assert result.returncode == 0, result.stderr

@@ -1,0 +1,292 @@
+"""The lease engine against real servers (moto server and dynalite, over HTTP)."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from django_dynlock import (
+    ClientClosed,
+    InvalidArgument,
+    InvalidKey,
+    LeaseState,
+    LockClient,
+    LockLost,
+    LockNotAcquired,
+    TableNotFound,
+)
+from django_dynlock.engine import ClientOptions
+from tests.helpers import count_calls
+from tests.servers import dummy_client
+
+
+def other_client(client: LockClient, **changes) -> LockClient:
+    """A second, independent client on the same table (as another process would have)."""
+    from dataclasses import replace
+
+    return LockClient(replace(client.options, **changes))
+
+
+def test_uncontended_acquire_and_release_cost_two_calls(dynlock):
+    dynlock.acquire("warmup").release()
+    with count_calls(dynlock) as calls:
+        lease = dynlock.acquire("invoice:42")
+        lease.release()
+    assert calls == {"UpdateItem": 2}
+
+
+def test_lease_handle(dynlock):
+    with dynlock.acquire("invoice:1", lease=5.0, holder={"view": "pay", "user": 7}) as lease:
+        assert lease.key == "invoice:1" and isinstance(lease.token, int)
+        assert lease.is_held and 4.0 < lease.remaining() <= 5.0
+        lease.raise_if_lost()
+        info = dynlock.get("invoice:1")
+        assert info.token == lease.token and info.owner == lease.owner
+        assert info.holder == {"view": "pay", "user": "7"} and info.lease_seconds == 5.0
+    assert not lease.is_held and lease.state is LeaseState.RELEASED
+    assert dynlock.get("invoice:1") is None
+
+
+def test_failed_try_acquire_costs_one_call_where_the_server_returns_the_holder(dynlock):
+    holder = dynlock.acquire("busy")
+    other = other_client(dynlock)
+    try:
+        other.try_acquire("warm")  # learn the server's capabilities
+        other.try_acquire("busy")
+        with count_calls(other) as calls:
+            assert other.try_acquire("busy") is None
+        expected = 1 if dynlock.server.kind == "moto" else 2  # dynalite: + one GetItem
+        assert sum(calls.values()) == expected, calls
+    finally:
+        other.close()
+        holder.release()
+
+
+def test_busy_lock_raises_with_holder_and_retry_after(dynlock):
+    holder = dynlock.acquire("busy", lease=8.0, holder={"view": "ship"})
+    other = other_client(dynlock)
+    try:
+        with pytest.raises(LockNotAcquired) as caught:
+            other.acquire("busy", wait=0.2)
+        error = caught.value
+        assert error.key == "busy" and error.holder.token == holder.token
+        assert error.holder.holder["view"] == "ship" and "ship" in str(error)
+        assert 0 < error.retry_after <= 8.0 and error.waited >= 0.2
+    finally:
+        other.close()
+        holder.release()
+
+
+def test_tokens_increase_across_release_break_and_item_deletion(dynlock):
+    tokens = []
+    for _ in range(3):
+        with dynlock.acquire("fence") as lease:
+            tokens.append(lease.token)
+    lease = dynlock.acquire("fence")
+    tokens.append(lease.token)
+    assert dynlock.break_lease("fence", token=lease.token, reason="test")
+    tokens.append(dynlock.acquire("fence").token)
+    # What TTL does to an idle item: the counter restarts from the clock, still higher.
+    dummy_client(dynlock.server.endpoint_url).delete_item(TableName=dynlock.options.table_name, Key={"key": {"S": "fence"}})
+    other = other_client(dynlock)
+    tokens.append(other.acquire("fence").token)
+    other.close()
+    assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
+
+
+def test_takeover_of_a_dead_holder_after_watching_one_full_lease(dynlock):
+    dead = other_client(dynlock)
+    dead_lease = dead.acquire("crash", lease=1.5)
+    dead._heartbeater.stop()  # the holder "crashes": no more heartbeats, no release
+    waiter = other_client(dynlock)
+    try:
+        started = time.monotonic()
+        lease = waiter.acquire("crash", wait=5.0)
+        took = time.monotonic() - started
+        assert lease.token > dead_lease.token
+        assert 1.5 <= took < 2.5, took  # one full lease of watching, not less
+        assert not dead_lease.is_held  # its local validity ended before the takeover
+        lease.release()
+    finally:
+        waiter.close()
+        dead.close()
+
+
+def test_heartbeats_keep_a_lease_past_its_duration(dynlock):
+    lease = dynlock.acquire("long", lease=1.2)  # heartbeat every 0.4 s
+    other = other_client(dynlock)
+    try:
+        time.sleep(2.5)
+        assert lease.is_held and lease.remaining() > 0.5
+        assert other.try_acquire("long") is None
+        with pytest.raises(LockNotAcquired):
+            other.acquire("long", wait=1.5)
+    finally:
+        other.close()
+    lease.release()
+
+
+def test_skew_takeover_uses_the_stored_expiry(dynlock):
+    dead = other_client(dynlock)
+    dead.try_acquire("warm-up").release()
+    acquired_at = time.monotonic()
+    dead.acquire("skew", lease=3.0)
+    dead._heartbeater.stop()
+    waiter = other_client(dynlock, max_clock_skew=0.2)
+    waiter.try_acquire("warm-up").release()
+    time.sleep(1.5)  # arrive late: watching alone would now take a full 3 s more
+    try:
+        lease = waiter.acquire("skew", wait=5.0)
+        took = time.monotonic() - acquired_at
+        # stored expiry (3 s after the acquire was prepared) + 0.2 s skew
+        assert 3.2 <= took < 3.9, took
+        lease.release()
+    finally:
+        waiter.close()
+        dead.close()
+
+
+def test_break_makes_the_holder_lose_its_lease(dynlock):
+    events = []
+    dynlock.add_listener(lambda event, lease, **info: events.append((event, info.get("reason"))))
+    lease = dynlock.acquire("brk", lease=1.5)
+    assert not dynlock.break_lease("brk", token=lease.token + 1)  # wrong token: untouched
+    assert dynlock.break_lease("brk", token=lease.token, reason="stuck", by="ops")
+    deadline = time.monotonic() + 3
+    while lease.state is not LeaseState.LOST and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert lease.lost_reason == "broken"
+    with pytest.raises(LockLost, match="broken by ops: stuck") as caught:
+        lease.raise_if_lost()
+    assert caught.value.reason == "broken"
+    with pytest.raises(LockLost):
+        lease.release()
+    assert ("lost", "broken") in events
+    assert not dynlock.break_lease("brk")  # nothing to break any more
+
+
+def test_extend(dynlock):
+    lease = dynlock.acquire("ext", lease=3.0)
+    lease.extend(lease=20.0)
+    assert lease.remaining() > 15 and dynlock.get("ext").lease_seconds == 20.0
+    lease.release()
+    with pytest.raises(LockLost):
+        lease.extend()
+
+
+def test_release_twice_and_release_after_takeover(dynlock):
+    lease = dynlock.acquire("twice")
+    lease.release()
+    with pytest.raises(LockLost, match="already called"):
+        lease.release()
+
+
+def test_context_manager_never_swallows_the_callers_exception(dynlock):
+    with pytest.raises(ZeroDivisionError):
+        with dynlock.acquire("boom"):
+            1 / 0
+    assert dynlock.get("boom") is None
+
+
+def test_acquire_many_is_all_or_nothing(dynlock):
+    other = other_client(dynlock)
+    blocker = other.acquire("acct:2")
+    try:
+        with pytest.raises(LockNotAcquired) as caught:
+            dynlock.acquire_many(["acct:1", "acct:2", "acct:3"], wait=0.3)
+        assert caught.value.key == "acct:2"
+        assert dynlock.get("acct:1") is None and dynlock.get("acct:3") is None
+        blocker.release()
+        with dynlock.acquire_many(["acct:3", "acct:1", "acct:2"], wait=1) as group:
+            assert group.keys == ["acct:1", "acct:2", "acct:3"]
+            assert all(dynlock.get(k).token == t for k, t in group.tokens.items())
+            assert other.try_acquire("acct:1") is None
+        assert all(dynlock.get(k) is None for k in ("acct:1", "acct:2", "acct:3"))
+        expected = dynlock.server.kind == "moto"
+        assert dynlock.has_transactions is expected
+    finally:
+        other.close()
+
+
+def test_leases_lists_live_leases_by_prefix_in_pages(dynlock):
+    held = [dynlock.acquire(f"list:{i}") for i in range(7)]
+    dynlock.acquire("other").release()
+    keys = sorted(info.key for info in dynlock.leases(prefix="list:", page_size=3))
+    assert keys == sorted(f"list:{i}" for i in range(7))
+    everything = {info.key for info in dynlock.leases(include_released=True)}
+    assert "other" in everything
+    for lease in held:
+        lease.release()
+    assert list(dynlock.leases(prefix="list:")) == []
+
+
+def test_threads_of_one_process_share_one_poller_and_hand_over_locally(dynlock):
+    first = dynlock.acquire("local")
+    results = []
+
+    def worker():
+        with dynlock.acquire("local", wait=5) as lease:
+            results.append(lease.token)
+            time.sleep(0.05)
+
+    threads = [threading.Thread(target=worker) for _ in range(4)]
+    with count_calls(dynlock) as calls:
+        for t in threads:
+            t.start()
+        time.sleep(0.5)
+        polled_while_held = calls["UpdateItem"]
+        first.release()
+        for t in threads:
+            t.join(10)
+    assert len(results) == 4 and results == sorted(results)
+    assert polled_while_held == 0  # the local holder blocks local waiters without network calls
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda c: c.acquire(""), InvalidKey),
+        (lambda c: c.acquire(42), InvalidKey),
+        (lambda c: c.acquire("k" * 2049), InvalidKey),
+        (lambda c: c.acquire("k", lease=0), InvalidArgument),
+        (lambda c: c.acquire("k", lease=float("nan")), InvalidArgument),
+        (lambda c: c.acquire("k", wait=-1), InvalidArgument),
+        (lambda c: c.try_acquire("k", wait=1), InvalidArgument),
+        (lambda c: c.acquire_many("abc"), InvalidArgument),
+        (lambda c: c.acquire_many([]), InvalidArgument),
+        (lambda c: c.acquire_many([str(i) for i in range(101)]), InvalidArgument),
+        (lambda c: c.break_lease("k", token="7"), InvalidArgument),
+    ],
+)
+def test_bad_arguments_fail_before_any_call(mock_dynlock, call, error):
+    with count_calls(mock_dynlock) as calls:
+        with pytest.raises(error):
+            call(mock_dynlock)
+    assert sum(calls.values()) == 0
+
+
+def test_closed_client(mock_dynlock):
+    lease = mock_dynlock.acquire("k")
+    started = time.monotonic()
+    mock_dynlock.close()
+    assert time.monotonic() - started < 1.0  # never blocks for a heartbeat period
+    assert not lease.is_held
+    with pytest.raises(ClientClosed, match="get_lock_client"):
+        mock_dynlock.acquire("k")
+
+
+def test_missing_table_says_run_createlocktable(moto_server):
+    client = LockClient(ClientOptions(table_name="no-such-table", endpoint_url=moto_server.endpoint_url, region_name="us-east-1"))
+    with pytest.raises(TableNotFound, match="createlocktable"):
+        client.acquire("k")
+
+
+def test_unreachable_endpoint_fails_closed_within_wait():
+    client = LockClient(ClientOptions(endpoint_url="http://127.0.0.1:9", region_name="us-east-1"))
+    started = time.monotonic()
+    with pytest.raises(Exception) as caught:
+        client.acquire("k", wait=1.0)
+    assert "could not connect" in str(caught.value) and time.monotonic() - started < 8
+    client.close()

@@ -1,0 +1,136 @@
+"""Mutual exclusion across processes, crashes, pauses and lost replies, on real servers."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from django_dynlock import LockNotAcquired
+from tests.faultproxy import FaultProxy
+from tests.workers import client_for, critical_sections
+
+PROCESSES = 6
+ROUNDS = 20
+
+
+@pytest.mark.slow
+def test_processes_never_overlap_and_lose_no_update(dynlock, tmp_path):
+    counter = tmp_path / "counter"
+    counter.write_text("0")
+    args = (dynlock.server.endpoint_url, dynlock.options.table_name, str(counter), ROUNDS, 0.005)
+    with multiprocessing.get_context("spawn").Pool(PROCESSES) as pool:
+        results = [pool.apply_async(critical_sections, args) for _ in range(PROCESSES)]
+        histories = [r.get(timeout=240) for r in results]
+    sections = sorted((s for h in histories for s in h), key=lambda s: s[1])
+    assert int(counter.read_text()) == PROCESSES * ROUNDS  # no lost update
+    assert len(sections) == PROCESSES * ROUNDS
+    for before, after in zip(sections, sections[1:]):
+        assert after[1] >= before[2], f"overlap: {before} and {after}"
+        assert after[0] > before[0], f"tokens out of order: {before} then {after}"
+
+
+def start_holder(dynlock, tmp_path, lease_seconds: float, seconds: float) -> tuple[subprocess.Popen, Path]:
+    report = tmp_path / "holder.log"
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", dynlock.server.endpoint_url, dynlock.options.table_name,
+         str(lease_seconds), str(report), str(seconds)],
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    deadline = time.monotonic() + 30
+    while not (report.exists() and "ACQUIRED" in report.read_text()):
+        assert time.monotonic() < deadline and child.poll() is None, "holder did not start"
+        time.sleep(0.05)
+    return child, report
+
+
+@pytest.mark.slow
+def test_crashed_holder_is_taken_over_within_lease_plus_one_second(dynlock, tmp_path):
+    child, report = start_holder(dynlock, tmp_path, lease_seconds=2.0, seconds=60)
+    old_token = int(report.read_text().split()[1])
+    waiter = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
+    try:
+        with pytest.raises(LockNotAcquired):
+            waiter.acquire("victim", wait=0.5)  # alive and heartbeating: busy
+        child.send_signal(signal.SIGKILL)
+        killed = time.monotonic()
+        child.wait(10)
+        lease = waiter.acquire("victim", wait=10)
+        assert time.monotonic() - killed <= 2.0 + 1.0
+        assert lease.token > old_token
+        lease.release()
+    finally:
+        waiter.close()
+        child.kill()
+
+
+@pytest.mark.slow
+def test_paused_holder_knows_it_lost_before_it_could_write(dynlock, tmp_path):
+    child, report = start_holder(dynlock, tmp_path, lease_seconds=2.0, seconds=8)
+    old_token = int(report.read_text().split()[1])
+    waiter = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
+    try:
+        child.send_signal(signal.SIGSTOP)
+        lease = waiter.acquire("victim", wait=10)
+        taken_over = time.time()
+        assert lease.token > old_token
+        child.send_signal(signal.SIGCONT)
+        child.wait(20)
+        lines = report.read_text().split("\n")
+        after = [line for line in lines[1:] if line and float(line.split()[1]) > taken_over]
+        assert after, "the holder wrote nothing after resuming"
+        assert all(line.startswith("LOST") for line in after), after[:5]
+        lease.release()
+    finally:
+        waiter.close()
+        child.kill()
+
+
+def is_acquire(body):
+    return "SET #owner = :me" in body.get("UpdateExpression", "")
+
+
+def is_renewal(body):
+    return body.get("UpdateExpression", "").startswith("SET #rvn = :rvn, #lease_ms")
+
+
+def is_release(body):
+    return "REMOVE #owner" in body.get("UpdateExpression", "") and ":me" in body.get("ExpressionAttributeValues", {})
+
+
+@pytest.mark.parametrize("attempts", [1, 2], ids=["our-retry", "botocore-retry"])
+def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        config = {"retries": {"total_max_attempts": attempts, "mode": "standard"}, "read_timeout": 1, "connect_timeout": 1}
+        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=1.5,
+                            heartbeat_period=0.3, client_config=config)
+        rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
+        try:
+            acquire_drop = proxy.add_fault("drop_reply", operation="UpdateItem", match=is_acquire)
+            lease = holder.acquire("lossy", wait=3)
+            assert acquire_drop.fired == 1
+            assert dynlock.get("lossy").token == lease.token and dynlock.get("lossy").owner == lease.owner
+
+            renew_drop = proxy.add_fault("drop_reply", operation="UpdateItem", match=is_renewal, times=2)
+            deadline = time.monotonic() + 5
+            while renew_drop.fired < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.8)  # the renewals after the lost replies must still succeed
+            assert renew_drop.fired == 2 and lease.is_held
+            assert rival.try_acquire("lossy") is None
+
+            release_drop = proxy.add_fault("drop_reply", operation="UpdateItem", match=is_release)
+            lease.release()  # must recognise its own applied release, not report LockLost
+            assert release_drop.fired == 1
+            assert dynlock.get("lossy") is None
+            assert rival.try_acquire("lossy") is not None
+        finally:
+            holder.close()
+            rival.close()
+        assert proxy.errors == []
