@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 
+from .bridge import send_signal
 from .conf import DEFAULT_ALIAS, get_options
 from .engine.client import LockClient
 
@@ -18,7 +19,7 @@ def get_lock_client(alias: str = DEFAULT_ALIAS) -> LockClient:
         with _lock:
             client = _clients.get(alias)
             if client is None or client.closed:
-                client = LockClient(get_options(alias))
+                client = LockClient(get_options(alias), listeners=[send_signal])
                 _clients[alias] = client
     return client
 

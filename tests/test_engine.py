@@ -150,7 +150,7 @@ def test_skew_takeover_uses_the_stored_expiry(dynlock):
 
 def test_break_makes_the_holder_lose_its_lease(dynlock):
     events = []
-    dynlock.add_listener(lambda event, lease, **info: events.append((event, info.get("reason"))))
+    dynlock.add_listener(lambda event, **info: events.append((event, info.get("reason"))))
     lease = dynlock.acquire("brk", lease=1.5)
     assert not dynlock.break_lease("brk", token=lease.token + 1)  # wrong token: untouched
     assert dynlock.break_lease("brk", token=lease.token, reason="stuck", by="ops")
@@ -290,3 +290,90 @@ def test_unreachable_endpoint_fails_closed_within_wait():
         client.acquire("k", wait=1.0)
     assert "could not connect" in str(caught.value) and time.monotonic() - started < 8
     client.close()
+
+
+def test_one_heartbeat_thread_per_client_not_per_lock(dynlock):
+    before = {t.name for t in threading.enumerate()}
+    leases = [dynlock.acquire(f"hb:{i}", lease=1.5) for i in range(20)]
+    heartbeat_threads = [t for t in threading.enumerate() if t.name.startswith("dynlock-heartbeat")]
+    assert len(heartbeat_threads) == 1 and heartbeat_threads[0].name not in before
+    with count_calls(dynlock) as calls:
+        time.sleep(1.0)
+    # 20 leases renewed every 0.5 s (lease / 3, with jitter): about 40 renewals a second.
+    assert 20 <= calls["UpdateItem"] <= 60, calls
+    assert all(lease.is_held for lease in leases)
+    for lease in leases:
+        lease.release()
+
+
+def test_busy_fallback_is_logged_once_on_servers_without_old_items(dynlock, caplog):
+    holder = dynlock.acquire("noisy")
+    other = other_client(dynlock)
+    try:
+        for _ in range(3):
+            assert other.try_acquire("noisy") is None
+        said = [r for r in caplog.records if "returns no item on a failed condition" in r.getMessage()]
+        assert len(said) == (0 if dynlock.server.kind == "moto" else 1)
+    finally:
+        other.close()
+        holder.release()
+
+
+def test_missing_credentials(moto_server, monkeypatch):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    client = LockClient(ClientOptions(endpoint_url=moto_server.endpoint_url, region_name="us-east-1"))
+    from django_dynlock import CredentialsError
+
+    with pytest.raises(CredentialsError, match="no AWS credentials found: set DYNLOCK SESSION_OPTIONS"):
+        client.acquire("k")
+    client.close()
+
+
+def test_a_forked_child_owns_none_of_its_parents_leases(dynlock):
+    import os
+
+    lease = dynlock.acquire("parent", lease=3.0)
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: report through the pipe, never return into pytest
+        code = 1
+        try:
+            assert not lease.is_held and lease.lost_reason == "fork"
+            try:
+                lease.release()
+            except LockLost as error:
+                assert error.reason == "fork"
+            else:
+                raise AssertionError("the child released its parent's lease")
+            own = dynlock.acquire("child", lease=1.5)  # a new boto3 client and heartbeat thread
+            time.sleep(1.2)
+            assert own.is_held and own.remaining() > 0.3
+            own.release()
+            code = 0
+        finally:
+            os.write(write_end, bytes([code]))
+            os._exit(code)
+    os.close(write_end)
+    _, status = os.waitpid(pid, 0)
+    assert os.read(read_end, 1) == b"\x00" and os.WEXITSTATUS(status) == 0
+    os.close(read_end)
+    assert lease.is_held and dynlock.get("parent").token == lease.token  # the parent's lease is intact
+    time.sleep(1.2)
+    assert lease.is_held  # and still renewed by the parent
+    lease.release()
+
+
+def test_keep_for_leaves_the_lock_held_then_lets_it_run_out(dynlock):
+    lease = dynlock.acquire("cron", lease=5.0)
+    lease.keep_for(1.0)
+    assert lease.state is LeaseState.RELEASED and dynlock.held == []
+    other = other_client(dynlock)
+    try:
+        assert other.try_acquire("cron") is None  # still busy for the other hosts
+        started = time.monotonic()
+        taken = other.acquire("cron", wait=3)
+        assert time.monotonic() - started >= 1.0 and taken.token > lease.token
+        taken.release()
+    finally:
+        other.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from django_dynlock import LockNotAcquired
+from django_dynlock import LockLost, LockNotAcquired
 from tests.faultproxy import FaultProxy
 from tests.workers import client_for, critical_sections
 
@@ -134,3 +134,34 @@ def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
             holder.close()
             rival.close()
         assert proxy.errors == []
+
+
+def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock):
+    events: list[tuple[str, float]] = []
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 0.5, "connect_timeout": 0.5}
+        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=2.0,
+                            heartbeat_period=0.5, client_config=config)
+        holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
+        rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
+        try:
+            lease = holder.acquire("outage")
+            proxy.pause()  # DynamoDB unreachable for the holder only
+            paused = time.monotonic()
+            taken = rival.acquire("outage", wait=10)
+            took_over = time.monotonic()
+            names = [name for name, _ in events]
+            assert names[:3] == ["acquired", "at_risk", "lost"], names
+            lost_at = events[2][1]
+            assert lost_at < took_over, "the holder still believed while the rival held the lock"
+            assert lost_at - paused < 2.0  # told before its lease of 2 s would have ended
+            assert lease.lost_reason == "expired" and not lease.is_held
+            assert taken.token > lease.token
+            proxy.resume()
+            with pytest.raises(LockLost):
+                lease.release()  # the rival holds it now: our release must not succeed
+            assert rival.get("outage").token == taken.token
+            taken.release()
+        finally:
+            holder.close()
+            rival.close()

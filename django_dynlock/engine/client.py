@@ -125,18 +125,24 @@ class LockClient:
             self._after_fork()
 
     def add_listener(self, listener: Listener) -> None:
-        """Call ``listener(event, lease, **info)`` on lease events.
+        """Call ``listener(event, **info)`` on lock events.
 
-        Events: ``acquired``, ``released``, ``at_risk`` (a renewal failed, the lease
-        is still valid), ``recovered``, ``lost`` (with ``reason``). Listeners run in
-        the thread that saw the event, often the heartbeat thread: keep them short.
+        Every event has ``client`` and ``key``; events about a held lease also have
+        ``lease``, ``token`` and ``holder``. Events: ``acquired`` (``waited``),
+        ``released`` (``held``), ``busy`` (``holder`` is a LeaseInfo or None,
+        ``waited``), ``at_risk`` (a renewal failed, the lease is still valid;
+        ``error``), ``recovered``, ``lost`` (``reason``), ``broken`` (``token``,
+        ``reason``, ``by``). Listeners run in the thread that saw the event, often
+        the heartbeat thread: keep them short.
         """
         self._listeners.append(listener)
 
-    def _emit(self, event: str, lease: Lease, **info: Any) -> None:
+    def _emit(self, event: str, lease: Lease | None = None, **info: Any) -> None:
+        if lease is not None:
+            info = {"lease": lease, "key": lease.key, "token": lease.token, "holder": lease.holder, **info}
         for listener in self._listeners:
             try:
-                listener(event, lease, **info)
+                listener(event, client=self, **info)
             except Exception:
                 logger.exception("dynlock listener %r failed on %s", listener, event)
 
@@ -253,14 +259,18 @@ class LockClient:
         self, key: str, stored: str, wait: float, lease_seconds: float, holder: Mapping[str, Any] | None, *, single: bool
     ) -> Lease:
         started = time.monotonic()
-        if not self._gates.enter(stored, wait):
-            raise LockNotAcquired(key, holder=self._local_holder(stored), retry_after=None, waited=time.monotonic() - started)
         try:
-            lease = self._acquire_remote(key, stored, started + wait, lease_seconds, holder, single=single)
-        except BaseException:
-            self._gates.leave(stored)
+            if not self._gates.enter(stored, wait):
+                raise LockNotAcquired(key, holder=self._local_holder(stored), retry_after=None, waited=time.monotonic() - started)
+            try:
+                lease = self._acquire_remote(key, stored, started + wait, lease_seconds, holder, single=single)
+            except BaseException:
+                self._gates.leave(stored)
+                raise
+        except LockNotAcquired as busy:
+            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease)
+        self._start_holding(lease, waited=time.monotonic() - started)
         return lease
 
     def _local_holder(self, stored: str) -> LeaseInfo | None:
@@ -273,11 +283,11 @@ class LockClient:
                 )
         return None
 
-    def _start_holding(self, lease: Lease) -> None:
+    def _start_holding(self, lease: Lease, *, waited: float) -> None:
         with self._lock:
             self._held.add(lease)
         self._heartbeater.add(lease, self._period(lease.lease_seconds))
-        self._emit("acquired", lease)
+        self._emit("acquired", lease, waited=waited)
 
     def _stop_holding(self, lease: Lease) -> None:
         with self._lock:
@@ -457,12 +467,14 @@ class LockClient:
                 leases = None
             if leases is None:
                 leases = self._acquire_in_order(by_stored, ordered, give_up_at, lease_s, holder)
-        except BaseException:
+        except BaseException as error:
             for stored in entered:
                 self._gates.leave(stored)
+            if isinstance(error, LockNotAcquired):
+                self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
             raise
         for lease in leases:
-            self._start_holding(lease)
+            self._start_holding(lease, waited=time.monotonic() - started)
         return LeaseGroup(self, leases)
 
     def _acquire_in_order(
@@ -644,6 +656,17 @@ class LockClient:
         with lease._renew_lock:
             self._renew_once(lease, new)
 
+    def _keep_for(self, lease: Lease, seconds: float) -> None:
+        self._check_open()
+        seconds = check_seconds("seconds", seconds)  # type: ignore[assignment]
+        lease.raise_if_lost()
+        with lease._renew_lock:
+            self._renew_once(lease, seconds)
+        # From here on nobody renews or releases it: the lease simply runs out.
+        lease._mark_released()
+        self._stop_holding(lease)
+        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
         if lease._state in (LeaseState.LOST, LeaseState.RELEASED) or self._closed:
@@ -680,7 +703,7 @@ class LockClient:
         finally:
             lease._mark_released()
             self._stop_holding(lease)
-        self._emit("released", lease)
+        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
 
     def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
         """The release write. On success the item keeps its fence and loses its owner."""
@@ -805,6 +828,7 @@ class LockClient:
         except ClientError:
             return False
         logger.warning("lock %r (token %s) broken by %s: %s", key, token, by, reason or "no reason given")
+        self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
             if lease.stored_key == stored and (token is None or lease.token == token):
                 # Our own process held it: tell the holder now, not at its next heartbeat.

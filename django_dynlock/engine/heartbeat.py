@@ -20,6 +20,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_dynlock")
 
+IDLE_EXIT = 5.0  # seconds with no lease before the thread ends
+
 
 class Heartbeater:
     def __init__(self, renew: Callable[[Lease], float | None], name: str):
@@ -62,8 +64,14 @@ class Heartbeater:
                 now = time.monotonic()
                 if self._heap and self._heap[0][0] <= now:
                     return heapq.heappop(self._heap)[2]
-                timeout = self._heap[0][0] - now if self._heap else None
-                self._cond.wait(timeout)
+                if not self._heap:
+                    # Idle: let the thread end (schedule() starts a new one), so clients
+                    # that hold nothing, or were dropped, keep no thread alive.
+                    if not self._cond.wait(IDLE_EXIT) and not self._heap:
+                        self._thread = None
+                        return None
+                    continue
+                self._cond.wait(self._heap[0][0] - now)
             return None
 
     def _run(self) -> None:

@@ -142,6 +142,16 @@ class Lease:
         """Renew now, optionally with a new duration: one conditional write."""
         self._client._extend(self, lease)
 
+    def keep_for(self, seconds: float) -> None:
+        """Stop renewing, and leave the lock held for ``seconds`` more (one write).
+
+        For cron-style singletons: after a fast run on one host, the other hosts'
+        runs of the same schedule still find the key busy. Waiters take over once
+        they have watched it unchanged for ``seconds`` (or, with MAX_CLOCK_SKEW,
+        once its stored expiry has passed).
+        """
+        self._client._keep_for(self, seconds)
+
     def release(self) -> None:
         """Release the lock (one conditional write).
 
