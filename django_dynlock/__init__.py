@@ -1,6 +1,7 @@
 """django-dynlock: distributed locks (leases) for Django, stored in Amazon DynamoDB."""
 
 from .clients import get_lock_client
+from .decorators import dynamo_lock
 from .engine import ClientOptions, Lease, LeaseGroup, LeaseInfo, LeaseState, LockClient, TableStatus
 from .exceptions import (
     BackendError,
@@ -35,5 +36,6 @@ __all__ = [
     "LockNotAcquired",
     "TableNotFound",
     "TableStatus",
+    "dynamo_lock",
     "get_lock_client",
 ]

@@ -160,6 +160,23 @@ class Lease:
         """
         self._client._release(self)
 
+    def condition_check(self) -> dict[str, Any]:
+        """A ``TransactWriteItems`` entry that fails unless this lease still holds its key.
+
+        Put it beside your own writes to DynamoDB data so they apply only while the
+        lease is ours: ``TransactItems=[lease.condition_check(), {"Put": ...}]``.
+        """
+        options = self._client.options
+        return {
+            "ConditionCheck": {
+                "TableName": options.table_name,
+                "Key": {options.key_attribute: {"S": self.stored_key}},
+                "ConditionExpression": "#owner = :me AND #fence = :token",
+                "ExpressionAttributeNames": {"#owner": "owner", "#fence": "fence"},
+                "ExpressionAttributeValues": {":me": {"S": self.owner}, ":token": {"N": str(self.token)}},
+            }
+        }
+
     def info(self) -> LeaseInfo | None:
         """The table's current view of this key (one consistent read)."""
         return self._client.get(self.key)

@@ -1,0 +1,417 @@
+"""``dynamo_lock``: the decorator and context manager most users touch.
+
+Keys are templates bound to the call's arguments (``"order:{order_id}"``,
+``"invoice:{self.pk}"``) or callables; they are checked against the function's
+signature when the decorator is applied, so a typo fails at import time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import inspect
+import logging
+import math
+import string
+import threading
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar, Union, cast, overload
+
+from asgiref.sync import iscoroutinefunction
+from django.http import HttpRequest, HttpResponse
+
+from .bridge import send_signal
+from .clients import get_lock_client
+from .conf import DEFAULT_ALIAS
+from .engine.client import LockClient
+from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
+from .exceptions import DynLockError, InvalidArgument, LockLost, LockNotAcquired
+
+logger = logging.getLogger("django_dynlock")
+
+F = TypeVar("F", bound=Callable[..., Any])
+KeySpec = Union[str, Callable[..., Union[str, Sequence[str]]]]
+Handle = Union[Lease, LeaseGroup]
+
+RAISE, SKIP = "raise", "skip"
+ON_LOST = ("raise", "log")
+_formatter = string.Formatter()
+
+
+@dataclass(frozen=True)
+class _Held:
+    """One entry of the context's stack of held locks (for current() and re-entrancy)."""
+
+    alias: str
+    keys: tuple[str, ...]
+    handle: Handle
+    owner: object  # the thread or asyncio task that acquired it
+
+
+_held: contextvars.ContextVar[tuple[_Held, ...]] = contextvars.ContextVar("dynlock_held", default=())
+
+
+def _who() -> object:
+    """The current asyncio task if there is one, else the current thread."""
+    try:
+        task = asyncio.current_task()
+    except RuntimeError:
+        task = None
+    return task if task is not None else threading.current_thread()
+
+
+def _placeholders(template: str) -> list[str]:
+    """The root names a template refers to: "{self.pk}:{kind}" -> ["self", "kind"]."""
+    names = []
+    for _, field, _, _ in _formatter.parse(template):
+        if field is None:
+            continue
+        root = field.split(".", 1)[0].split("[", 1)[0]
+        if not root or root.isdigit():
+            raise InvalidArgument(f"lock key template {template!r}: use named placeholders like {{order_id}}, not {{{field}}}")
+        names.append(root)
+    return names
+
+
+def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspect.Signature | None:
+    """Refuse, at decoration time, a placeholder that names no parameter of ``func``."""
+    try:
+        signature = inspect.signature(func)
+    except (TypeError, ValueError):  # some builtins and C callables
+        return None
+    params = signature.parameters
+    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    for key in keys:
+        if not isinstance(key, str):
+            continue
+        for name in _placeholders(key):
+            if name not in params and not takes_any:
+                raise InvalidArgument(
+                    f"lock key template {key!r} refers to {{{name}}}, but {func.__qualname__}() has no "
+                    f"parameter {name!r} (parameters: {', '.join(params) or 'none'})"
+                )
+    return signature
+
+
+def _namespace(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict[str, Any]:
+    if signature is None:
+        return dict(kwargs)
+    bound = signature.bind_partial(*args, **kwargs)
+    bound.apply_defaults()
+    names: dict[str, Any] = {}
+    for name, value in bound.arguments.items():
+        kind = signature.parameters[name].kind
+        if kind is inspect.Parameter.VAR_KEYWORD:
+            names.update(value)  # URL kwargs arrive here on CBV dispatch(request, *args, **kwargs)
+        elif kind is not inspect.Parameter.VAR_POSITIONAL:
+            names[name] = value
+    return names
+
+
+def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args: tuple, kwargs: dict) -> list[str]:
+    namespace: dict[str, Any] | None = None
+    resolved: list[str] = []
+    for key in keys:
+        if callable(key):
+            value = key(*args, **kwargs)
+            resolved.extend([value] if isinstance(value, str) else list(value))
+            continue
+        if namespace is None:
+            namespace = _namespace(signature, args, kwargs)
+        try:
+            resolved.append(key.format_map(namespace))
+        except (KeyError, AttributeError, IndexError) as exc:
+            raise InvalidArgument(f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}") from exc
+    return resolved
+
+
+def _find_request(args: tuple) -> HttpRequest | None:
+    # A function view gets the request first; a method decorated directly, second.
+    for arg in args[:2]:
+        if isinstance(arg, HttpRequest):
+            return arg
+    return None
+
+
+def _holder(func: Callable[..., Any] | None, request: HttpRequest | None, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+    holder: dict[str, Any] = {}
+    if func is not None:
+        name = f"{func.__module__}.{func.__qualname__}"
+        holder["view" if request is not None else "function"] = name
+    if request is not None:
+        holder["path"] = request.path
+        user = getattr(request, "user", None)
+        if user is not None and getattr(user, "is_authenticated", False):
+            holder["user"] = str(user.pk)
+    holder.update(extra or {})
+    return holder
+
+
+def busy_response(error: LockNotAcquired, status: int = 423) -> HttpResponse:
+    """The default answer of a view whose lock is busy: 423 Locked with Retry-After."""
+    response = HttpResponse(f"Locked: {error.key} is busy; try again later.\n", status=status, content_type="text/plain")
+    if error.retry_after is not None:
+        response["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    return response
+
+
+class dynamo_lock:
+    """Hold DynamoDB leases around a function call or a ``with`` block.
+
+    As a decorator: ``@dynamo_lock("order:{order_id}", wait=2)`` on functions, views,
+    methods and coroutines. As a context manager: ``with dynamo_lock("export") as
+    lease:``. Several keys are acquired atomically. See docs/decorator.md.
+    """
+
+    def __init__(
+        self,
+        *keys: KeySpec,
+        wait: float | None = None,
+        lease: float | None = None,
+        using: str = DEFAULT_ALIAS,
+        on_busy: str | int | Callable[..., Any] | None = None,
+        on_lost: str = "raise",
+        reentrant: bool = False,
+        holder: Mapping[str, Any] | None = None,
+    ):
+        for key in keys:
+            if not (isinstance(key, str) or callable(key)):
+                raise InvalidArgument(f"a lock key must be a template string or a callable, got {key!r}")
+            if isinstance(key, str):
+                if not key:
+                    raise InvalidArgument("a lock key template must not be empty")
+                _placeholders(key)
+        if on_busy is not None and not (on_busy in (RAISE, SKIP) or callable(on_busy) or _is_status(on_busy)):
+            raise InvalidArgument(f"on_busy must be 'raise', 'skip', an HTTP status code or a callable, got {on_busy!r}")
+        if on_lost not in ON_LOST:
+            raise InvalidArgument(f"on_lost must be one of {ON_LOST}, got {on_lost!r}")
+        self.keys = keys
+        self.wait = wait
+        self.lease = lease
+        self.using = using
+        self.on_busy = on_busy
+        self.on_lost = on_lost
+        self.reentrant = reentrant
+        self.holder = dict(holder or {})
+
+    # -- what the current context holds -----------------------------------------
+    @staticmethod
+    def current(key: str | None = None) -> Handle | None:
+        """The innermost lease this thread or task holds through dynamo_lock (or the one for ``key``)."""
+        for entry in reversed(_held.get()):
+            if key is None or key in entry.keys:
+                return entry.handle
+        return None
+
+    def _reentered(self, keys: list[str]) -> Handle | None:
+        if not self.reentrant:
+            return None
+        me = _who()
+        held = [e for e in _held.get() if e.alias == self.using and e.owner is me and e.handle.is_held]
+        if all(any(k in e.keys for e in held) for k in keys):
+            return next(e.handle for e in reversed(held) if keys[0] in e.keys)
+        return None
+
+    # -- acquiring and releasing --------------------------------------------------
+    def _client(self) -> LockClient:
+        return get_lock_client(self.using)
+
+    def _acquire(self, keys: list[str], holder: Mapping[str, Any]) -> Handle:
+        client = self._client()
+        if len(keys) == 1:
+            return client.acquire(keys[0], wait=self.wait, lease=self.lease, holder=holder)
+        return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder)
+
+    def _busy(self, error: LockNotAcquired, request: HttpRequest | None) -> Any:
+        policy = self.on_busy
+        if policy is None:
+            policy = 423 if request is not None else RAISE
+        if policy == RAISE:
+            raise error
+        if policy == SKIP:
+            return None
+        if callable(policy):
+            return policy(request, error)
+        return busy_response(error, status=int(policy))
+
+    def _finish(self, handle: Handle, error: BaseException | None) -> None:
+        """Release; report a lease that ended during the call, never hiding ``error``."""
+        lost = not handle.is_held
+        if error is not None:
+            release_quietly_if_failing(handle, error)
+            return
+        try:
+            handle.release()
+        except LockLost as exc:
+            self._lost(handle, exc)
+            return
+        if lost:
+            # Released fine, but the holder's validity had run out before the call ended:
+            # the protected code may have run unprotected at its end. Nobody else was
+            # told yet (the engine only reports leases taken or expired in the background).
+            for lease in _leases(handle):
+                send_signal("lost", client=self._client(), lease=lease, key=lease.key, token=lease.token,
+                            holder=lease.holder, reason="expired")
+            first = _leases(handle)[0]
+            self._lost(handle, LockLost(first.key, first.token, "expired", "the lease's local validity ended during the call"))
+
+    def _lost(self, handle: Handle, exc: LockLost) -> None:
+        logger.warning("lease lost while the protected code ran: %s", exc)
+        if self.on_lost == "raise":
+            raise exc
+
+    # -- decorator ------------------------------------------------------------------
+    def __call__(self, func: F) -> F:
+        if not callable(func):
+            # `@dynamo_lock` without parentheses made the function the key and now the
+            # first argument of a call (e.g. the request) arrives here.
+            raise InvalidArgument(
+                f"dynamo_lock must be called to make a decorator: write @dynamo_lock() or "
+                f"@dynamo_lock(\"name:{{arg}}\"), not @dynamo_lock (got {type(func).__name__})"
+            )
+        keys = self.keys or (f"{func.__module__}.{func.__qualname__}",)
+        signature = _check_templates(keys, func)
+
+        if iscoroutinefunction(func):
+
+            @functools.wraps(func)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                resolved = _resolve(keys, signature, args, kwargs)
+                if self._reentered(resolved) is not None:
+                    return await func(*args, **kwargs)
+                request = _find_request(args)
+                holder = _holder(func, request, self.holder)
+                try:
+                    handle = await _acquire_in_thread(lambda: self._acquire(resolved, holder))
+                except LockNotAcquired as error:
+                    return self._busy(error, request)
+                token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
+                error: BaseException | None = None
+                try:
+                    return await func(*args, **kwargs)
+                except BaseException as exc:  # includes CancelledError: release all the same
+                    error = exc
+                    raise
+                finally:
+                    _held.reset(token)
+                    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._finish, handle, error))
+
+            return cast(F, async_wrapper)
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            resolved = _resolve(keys, signature, args, kwargs)
+            if self._reentered(resolved) is not None:
+                return func(*args, **kwargs)
+            request = _find_request(args)
+            try:
+                handle = self._acquire(resolved, _holder(func, request, self.holder))
+            except LockNotAcquired as error:
+                return self._busy(error, request)
+            token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
+            error: BaseException | None = None
+            try:
+                return func(*args, **kwargs)
+            except BaseException as exc:
+                error = exc
+                raise
+            finally:
+                _held.reset(token)
+                self._finish(handle, error)
+
+        return cast(F, wrapper)
+
+    # -- context manager ------------------------------------------------------------
+    def _static_keys(self) -> list[str]:
+        if self.on_busy not in (None, RAISE):
+            raise InvalidArgument("in a with block a busy lock raises LockNotAcquired: on_busy applies to decorated functions only")
+        if not self.keys:
+            raise InvalidArgument("dynamo_lock used as a context manager needs a key: with dynamo_lock(\"export\"): ...")
+        keys = []
+        for key in self.keys:
+            if not isinstance(key, str) or _placeholders(key):
+                raise InvalidArgument(
+                    f"dynamo_lock used as a context manager takes plain keys, not templates or callables: "
+                    f"got {key!r}; format it yourself, e.g. dynamo_lock(f\"order:{{order.pk}}\")"
+                )
+            keys.append(key)
+        return keys
+
+    def __enter__(self) -> Handle:
+        keys = self._static_keys()
+        handle = self._reentered(keys) if self.reentrant else None
+        entered = handle is None
+        if handle is None:
+            handle = self._acquire(keys, _holder(None, None, self.holder))
+        _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
+        return handle
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        entry, entered, token = _pop_context(self)
+        _held.reset(token)
+        if entered:
+            self._finish(entry.handle, exc)
+
+    async def __aenter__(self) -> Handle:
+        keys = self._static_keys()
+        handle = self._reentered(keys) if self.reentrant else None
+        entered = handle is None
+        if handle is None:
+            holder = _holder(None, None, self.holder)
+            handle = await _acquire_in_thread(lambda: self._acquire(keys, holder))
+        _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
+        return handle
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        entry, entered, token = _pop_context(self)
+        _held.reset(token)
+        if entered:
+            await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._finish, entry.handle, exc))
+
+
+# A `with` block's state lives in a context variable, not on the dynamo_lock object,
+# so one object shared by threads or tasks stays correct.
+_entered: contextvars.ContextVar[tuple[tuple[int, _Held, bool, contextvars.Token], ...]] = contextvars.ContextVar(
+    "dynlock_entered", default=()
+)
+
+
+def _push_context(lock: dynamo_lock, entry: _Held, entered: bool) -> None:
+    token = _held.set(_held.get() + (entry,))
+    _entered.set(_entered.get() + ((id(lock), entry, entered, token),))
+
+
+def _pop_context(lock: dynamo_lock) -> tuple[_Held, bool, contextvars.Token]:
+    stack = _entered.get()
+    for index in range(len(stack) - 1, -1, -1):
+        if stack[index][0] == id(lock):
+            _, entry, entered, token = stack[index]
+            _entered.set(stack[:index] + stack[index + 1 :])
+            return entry, entered, token
+    raise RuntimeError("dynamo_lock.__exit__ without a matching __enter__ in this context")
+
+
+async def _acquire_in_thread(acquire: Callable[[], Handle]) -> Handle:
+    """Acquire in a worker thread; if we are cancelled meanwhile, release what it got."""
+    future = asyncio.get_running_loop().run_in_executor(None, acquire)
+    try:
+        return await asyncio.shield(future)
+    except asyncio.CancelledError:
+        def release_late(done: asyncio.Future) -> None:
+            if not done.cancelled() and done.exception() is None:
+                try:
+                    done.result().release()
+                except DynLockError as exc:
+                    logger.warning("releasing a lease acquired after its caller was cancelled failed: %s", exc)
+        future.add_done_callback(release_late)
+        raise
+
+
+def _is_status(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599
+
+
+def _leases(handle: Handle) -> list[Lease]:
+    return [handle] if isinstance(handle, Lease) else list(handle.leases)

@@ -1,0 +1,16 @@
+"""pytest plugin (registered through the ``pytest11`` entry point).
+
+``dynlock_table``: a fresh lock table on moto's in-process DynamoDB for one test;
+the ``default`` alias points at it. Yields the LockClient.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture
+def dynlock_table():
+    from . import dynlock_table_fixture
+
+    yield from dynlock_table_fixture()

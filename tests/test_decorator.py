@@ -1,0 +1,285 @@
+"""dynamo_lock on views, methods, services, coroutines and as a context manager, on real servers."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+import pytest
+from django.test import AsyncClient
+
+from django_dynlock import InvalidArgument, LockLost, LockNotAcquired, dynamo_lock
+from django_dynlock.signals import lock_acquired, lock_busy, lock_lost, lock_released
+from testproject.booking.models import Booking, Event, SoldOut
+from testproject.booking.services import book
+
+pytestmark = pytest.mark.urls("tests.views")
+
+
+def other(dynlock):
+    from dataclasses import replace
+
+    from django_dynlock import LockClient
+
+    return LockClient(replace(dynlock.options))
+
+
+@pytest.mark.django_db
+def test_function_view_binds_url_kwargs_and_records_the_holder(dynlock, client, django_user_model):
+    user = django_user_model.objects.create_user("ann")
+    client.force_login(user)
+    reply = client.get("/pay/42/")
+    assert reply.status_code == 200
+    data = reply.json()
+    assert data["key"] == "order:42"
+    assert data["holder"] == {"view": "tests.views.pay", "path": "/pay/42/", "user": str(user.pk)}
+    assert dynlock.get("order:42") is None  # released after the view returned
+
+
+@pytest.mark.django_db
+def test_busy_view_answers_423_with_retry_after(dynlock, client):
+    rival = other(dynlock)
+    held = rival.acquire("order:7", lease=8)
+    try:
+        reply = client.get("/pay/7/")
+        assert reply.status_code == 423 and 1 <= int(reply["Retry-After"]) <= 8
+        assert client.get("/pay409/7/").status_code == 409
+        custom = client.get("/paycustom/7/")
+        assert custom.status_code == 503 and custom.content == b"busy order:7"
+    finally:
+        held.release()
+        rival.close()
+
+
+@pytest.mark.django_db
+def test_class_based_views_on_a_method_and_on_dispatch(dynlock, client):
+    assert client.post("/ship/5/").json()["key"] == "order:5"
+    data = client.post("/cancel/6/").json()
+    assert data["key"] == "order:6" and data["holder"]["view"].endswith("View.dispatch")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_async_view_under_asgi_with_a_callable_key(dynlock):
+    async def run():
+        return await AsyncClient().get("/checkout/", {"user": "9"})
+
+    reply = asyncio.run(run())
+    assert reply.status_code == 200 and reply.json()["key"] == "cart:9"
+    assert dynlock.get("cart:9") is None
+
+
+@pytest.mark.django_db
+def test_model_method_and_service_share_a_key_reentrantly(dynlock):
+    event = Event.objects.create(name="Gig", seats_left=2)
+    with count_writes(dynlock) as writes:
+        booking = book(event.pk, "ann")  # service -> model method: same key, one acquire
+    assert writes == 2  # one acquire, one release: the re-entry wrote nothing
+    assert booking.token > 0 and Event.objects.get(pk=event.pk).seats_left == 1
+    event.book_seat("bob")
+    with pytest.raises(SoldOut):
+        event.book_seat("cat")
+    assert Booking.objects.count() == 2
+
+
+def count_writes(dynlock):
+    from tests.helpers import count_calls
+
+    class Counter:
+        def __enter__(self):
+            self.ctx = count_calls(dynlock)
+            self.calls = self.ctx.__enter__()
+            return self
+
+        def __exit__(self, *exc):
+            self.ctx.__exit__(*exc)
+
+        def __eq__(self, number):
+            return sum(self.calls.values()) == number
+
+    return Counter()
+
+
+def test_template_errors_are_caught_when_decorating():
+    with pytest.raises(InvalidArgument, match=r"refers to \{ordr_id\}.*parameters: request, order_id"):
+        @dynamo_lock("order:{ordr_id}")
+        def view(request, order_id): ...
+
+    with pytest.raises(InvalidArgument, match="named placeholders"):
+        dynamo_lock("order:{0}")
+    with pytest.raises(InvalidArgument, match="on_busy"):
+        dynamo_lock("k", on_busy="ignore")
+    with pytest.raises(InvalidArgument, match="must be called"):
+        dynamo_lock(lambda: "k")(object())  # what a missing () leads to at call time
+
+
+def test_service_function_skip_and_raise(dynlock):
+    calls = []
+
+    @dynamo_lock("report:{user.pk}:{kind}", on_busy="skip")
+    def build_report(user, kind):
+        calls.append(kind)
+        return "built"
+
+    @dynamo_lock("report:{user.pk}:{kind}")
+    def build_strict(user, kind):
+        return "built"
+
+    class User:
+        pk = 3
+
+    assert build_report(User(), "sales") == "built"
+    rival = other(dynlock)
+    held = rival.acquire("report:3:sales")
+    try:
+        assert build_report(User(), "sales") is None and calls == ["sales"]
+        with pytest.raises(LockNotAcquired) as caught:
+            build_strict(User(), kind="sales")
+        assert caught.value.key == "report:3:sales"
+    finally:
+        held.release()
+        rival.close()
+
+
+def test_exceptions_propagate_unchanged_and_the_lease_is_released(dynlock):
+    @dynamo_lock("boom")
+    def explode():
+        raise KeyError("mine")
+
+    with pytest.raises(KeyError, match="mine"):
+        explode()
+    assert dynlock.get("boom") is None
+
+
+def test_context_manager_and_several_keys(dynlock):
+    with dynamo_lock("nightly-export", wait=0) as lease:
+        assert dynamo_lock.current() is lease and lease.is_held
+        assert dynlock.get("nightly-export").token == lease.token
+    assert dynamo_lock.current() is None and dynlock.get("nightly-export") is None
+
+    @dynamo_lock("acct:{src}", "acct:{dst}")
+    def transfer(src, dst, amount):
+        group = dynamo_lock.current()
+        return sorted(group.tokens)
+
+    assert transfer(2, 1, 10) == ["acct:1", "acct:2"]
+    with pytest.raises(InvalidArgument, match="plain keys"):
+        with dynamo_lock("order:{order_id}"):
+            pass
+
+
+def test_reentrancy_is_per_thread(dynlock):
+    outcome = {}
+
+    @dynamo_lock("re", reentrant=True)
+    def inner():
+        return dynamo_lock.current().token
+
+    @dynamo_lock("re", reentrant=True)
+    def outer():
+        token = dynamo_lock.current().token
+        outcome["same_thread"] = inner() == token
+
+        def elsewhere():
+            try:
+                inner()
+            except LockNotAcquired:
+                outcome["other_thread"] = "busy"
+
+        thread = threading.Thread(target=elsewhere)
+        thread.start()
+        thread.join(10)
+
+    outer()
+    assert outcome == {"same_thread": True, "other_thread": "busy"}
+
+    @dynamo_lock("nre")
+    def not_reentrant():
+        with dynamo_lock("nre"):
+            pass
+
+    with pytest.raises(LockNotAcquired):
+        not_reentrant()
+
+
+def test_reentrancy_is_per_asyncio_task(dynlock):
+    @dynamo_lock("task", reentrant=True)
+    async def inner():
+        return dynamo_lock.current().token
+
+    @dynamo_lock("task", reentrant=True)
+    async def outer():
+        token = dynamo_lock.current().token
+        same = await inner()
+        child = asyncio.create_task(inner())  # a new task inherits the context, not the lock
+        with pytest.raises(LockNotAcquired):
+            await child
+        return same == token
+
+    assert asyncio.run(outer())
+
+
+def test_cancelled_coroutine_releases(dynlock):
+    @dynamo_lock("cancel-me")
+    async def slow(ready):
+        ready.set()
+        await asyncio.sleep(30)
+
+    async def run():
+        ready = asyncio.Event()
+        task = asyncio.create_task(slow(ready))
+        await asyncio.wait_for(ready.wait(), 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(run())
+    assert dynlock.get("cancel-me") is None
+
+
+def test_lease_lost_during_the_call_raises_after_it_returns(dynlock):
+    sent = []
+    lock_lost.connect(receiver := (lambda **kw: sent.append(kw["reason"])), weak=False)
+    try:
+        @dynamo_lock("fragile")
+        def work():
+            lease = dynamo_lock.current()
+            dynlock.break_lease("fragile", token=lease.token, reason="test")
+            return "done"
+
+        with pytest.raises(LockLost, match="broken"):
+            work()
+        assert "broken" in sent
+
+        @dynamo_lock("fragile", on_lost="log")
+        def tolerant():
+            dynlock.break_lease("fragile")
+            return "done"
+
+        assert tolerant() == "done"
+    finally:
+        lock_lost.disconnect(receiver)
+
+
+def test_signals_carry_the_documented_arguments(dynlock):
+    seen = {}
+
+    def remember(signal_name):
+        def receiver(sender, **kwargs):
+            seen[signal_name] = kwargs
+        return receiver
+
+    receivers = {lock_acquired: remember("acquired"), lock_released: remember("released"), lock_busy: remember("busy")}
+    for signal, receiver in receivers.items():
+        signal.connect(receiver)
+    try:
+        with dynamo_lock("sig", holder={"job": "x"}):
+            with pytest.raises(LockNotAcquired):
+                with dynamo_lock("sig"):
+                    pass
+    finally:
+        for signal, receiver in receivers.items():
+            signal.disconnect(receiver)
+    assert seen["acquired"]["key"] == "sig" and seen["acquired"]["alias"] == "default"
+    assert seen["acquired"]["holder"] == {"job": "x"} and seen["acquired"]["waited"] >= 0
+    assert seen["released"]["held"] >= 0 and seen["released"]["token"] == seen["acquired"]["token"]
+    assert seen["busy"]["key"] == "sig"

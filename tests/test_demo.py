@@ -1,0 +1,42 @@
+"""The demo app: concurrent bookings through the locked view never oversell."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+from django.db import connection
+from django.test import Client
+
+from testproject.booking.models import Booking, Event
+
+
+@pytest.mark.django_db(transaction=True)
+def test_concurrent_bookings_through_the_locked_view_never_oversell(dynlock):
+    event = Event.objects.create(name="Last seats", seats_left=3)
+    statuses = []
+
+    def book(i):
+        try:
+            reply = Client().post(f"/demo/events/{event.pk}/book/", {"name": f"guest {i}", "think": 0.01})
+            statuses.append(reply.status_code)
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=book, args=(i,)) for i in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(statuses) == [200] * 3 + [409] * 5
+    assert Booking.objects.filter(event=event).count() == 3
+    assert Event.objects.get(pk=event.pk).seats_left == 0
+    tokens = list(Booking.objects.order_by("id").values_list("token", flat=True))
+    assert tokens == sorted(tokens)
+
+
+@pytest.mark.django_db
+def test_event_page_renders(dynlock, client):
+    event = Event.objects.create(name="<b>Gig</b>", seats_left=2)
+    page = client.get(f"/demo/events/{event.pk}/")
+    assert page.status_code == 200 and b"&lt;b&gt;Gig&lt;/b&gt;" in page.content

@@ -1,0 +1,57 @@
+"""Views decorated in every shape the docs promise, for tests/test_decorator.py."""
+
+from __future__ import annotations
+
+from django.http import HttpResponse, JsonResponse
+from django.urls import path
+from django.utils.decorators import method_decorator
+from django.views import View
+
+from django_dynlock import dynamo_lock
+
+
+def _current() -> dict:
+    lease = dynamo_lock.current()
+    return {"key": lease.key, "token": lease.token, "holder": lease.holder}
+
+
+@dynamo_lock("order:{order_id}")
+def pay(request, order_id):
+    return JsonResponse(_current())
+
+
+@dynamo_lock("order:{order_id}", on_busy=409)
+def pay_409(request, order_id):
+    return JsonResponse(_current())
+
+
+@dynamo_lock("order:{order_id}", on_busy=lambda request, error: HttpResponse(f"busy {error.key}", status=503))
+def pay_custom(request, order_id):
+    return JsonResponse(_current())
+
+
+class ShipView(View):
+    @method_decorator(dynamo_lock("order:{order_id}", wait=2))
+    def post(self, request, order_id):
+        return JsonResponse(_current())
+
+
+@method_decorator(dynamo_lock("order:{order_id}"), name="dispatch")
+class CancelView(View):
+    def post(self, request, order_id):
+        return JsonResponse(_current())
+
+
+@dynamo_lock(lambda request, **kw: f"cart:{request.GET['user']}")
+async def checkout(request):
+    return JsonResponse(_current())
+
+
+urlpatterns = [
+    path("pay/<int:order_id>/", pay),
+    path("pay409/<int:order_id>/", pay_409),
+    path("paycustom/<int:order_id>/", pay_custom),
+    path("ship/<int:order_id>/", ShipView.as_view()),
+    path("cancel/<int:order_id>/", CancelView.as_view()),
+    path("checkout/", checkout),
+]
