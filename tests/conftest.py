@@ -34,7 +34,7 @@ TEST_ALIAS_SETTINGS = {
     "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
     "LEASE_DURATION": 10.0,
     "HEARTBEAT_PERIOD": 1.0,
-    "CLIENT_CONFIG": {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 2, "mode": "standard"}},
+    "CLIENT_CONFIG": {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 1, "mode": "standard"}},
 }
 
 

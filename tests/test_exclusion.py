@@ -165,3 +165,18 @@ def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock
         finally:
             holder.close()
             rival.close()
+
+
+def test_a_break_whose_reply_was_lost_still_reports_broken(dynlock):
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        operator = client_for(proxy.endpoint_url, dynlock.options.table_name)
+        try:
+            lease = dynlock.acquire("lossy-break")
+            dropped = proxy.add_fault("drop_reply", operation="UpdateItem",
+                                      match=lambda body: "#break_reason" in body.get("UpdateExpression", ""))
+            assert operator.break_lease("lossy-break", token=lease.token, reason="stuck")
+            assert dropped.fired == 1 and dynlock.get("lossy-break") is None
+            assert not operator.break_lease("lossy-break", token=lease.token)  # nothing left to break
+        finally:
+            operator.close()
+        assert proxy.errors == []

@@ -36,7 +36,7 @@ from .gates import Gates
 from .heartbeat import Heartbeater
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
-from .options import ClientOptions, check_seconds
+from .options import CALL_ATTEMPTS, ClientOptions, check_seconds
 from .table import TableStatus, create_table, describe_table
 
 logger = logging.getLogger("django_dynlock")
@@ -45,7 +45,6 @@ Listener = Callable[..., None]
 
 # DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
 MAX_KEYS_PER_TRANSACTION = 100
-RELEASE_ATTEMPTS = 3
 
 _live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
 
@@ -151,16 +150,27 @@ class LockClient:
             self._said.add(topic)
             logger.warning(message, *args)
 
-    def _call(self, operation: str, action: str, **params: Any) -> dict[str, Any]:
-        """One API call; botocore failures other than a failed condition become DynLockError."""
-        try:
-            return getattr(self.boto, operation)(TableName=self.options.table_name, **params)
-        except ClientError as exc:
-            if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
-                raise
-            raise self._translate(exc, action) from exc
-        except BotoCoreError as exc:
-            raise self._translate(exc, action) from exc
+    def _call(self, operation: str, action: str, *, attempts: int = CALL_ATTEMPTS, **params: Any) -> dict[str, Any]:
+        """One API request, retried quickly on transient failures.
+
+        A failed condition is raised as the ClientError it is; every other botocore
+        failure becomes a DynLockError. We retry here rather than in botocore, whose
+        backoff sleeps up to a second: every write of ours is safe to repeat, because
+        its condition recognises our own earlier success.
+        """
+        for attempt in range(attempts):
+            try:
+                return getattr(self.boto, operation)(TableName=self.options.table_name, **params)
+            except ClientError as exc:
+                if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
+                    raise
+                error = self._translate(exc, action)
+            except BotoCoreError as exc:
+                error = self._translate(exc, action)
+            if not getattr(error, "retryable", False) or attempt == attempts - 1:
+                raise error
+            time.sleep(self._backoff(attempt))
+        raise AssertionError("unreachable")
 
     def _translate(self, exc: BaseException, action: str) -> DynLockError:
         error = translate(exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action)
@@ -373,7 +383,7 @@ class LockClient:
             params = self._acquire_request(stored, owner, lease_seconds, holder, takeover)
             sent = time.monotonic()
             try:
-                reply = self._call("update_item", "acquire a lock", ReturnValues="ALL_NEW", **params)
+                reply = self._call("update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params)
             except ClientError as exc:
                 last_item = self._old_item(exc, stored)
                 watch = self._observe(watch, last_item, time.monotonic())
@@ -708,47 +718,42 @@ class LockClient:
     def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
         """The release write. On success the item keeps its fence and loses its owner."""
         expired_locally = time.monotonic() >= lease.valid_until
-        for attempt in range(RELEASE_ATTEMPTS):
-            now = time.time()
-            try:
-                self._call(
-                    "update_item", "release a lock",
-                    Key=self._key(lease.stored_key),
-                    UpdateExpression="SET #released_at = :now, #released_by = :me, #gc = :gc, #rvn = :rvn REMOVE #owner",
-                    ConditionExpression="#owner = :me AND #fence = :token",
-                    ExpressionAttributeNames={**self._names(it.OWNER, it.FENCE, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute},
-                    ExpressionAttributeValues={
-                        ":me": {"S": lease.owner},
-                        ":token": it.num(lease.token),
-                        ":now": it.num(now),
-                        ":rvn": {"S": uuid.uuid4().hex},
-                        ":gc": self._gc_at(now),
-                    },
-                    ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                )
-            except ClientError as exc:
-                item = self._old_item(exc, lease.stored_key)
-                info = self._info(item)
-                if info is not None and info.released_by == lease.owner and (info.token or 0) >= lease.token:
-                    return  # an earlier try of ours was applied; its reply was lost
-                if quiet:
-                    return
-                reason, detail = self._why_not_ours(lease, item)
-                self._lose(lease, reason, detail)
-                raise lease._lost or LockLost(lease.key, lease.token, reason, detail) from None
-            except DynLockError as exc:
-                if not getattr(exc, "retryable", False) or attempt == RELEASE_ATTEMPTS - 1:
-                    if not quiet:
-                        # The work ran under a valid lease; only freeing it early failed.
-                        # It stops being renewed, so waiters take over within one lease.
-                        logger.warning("could not release %r; it will expire within its lease: %s", lease, exc)
-                    return
-                time.sleep(self._backoff(attempt + 2))
-            else:
-                if expired_locally:
-                    # Owner and fence were unchanged: nobody held the key in between.
-                    logger.warning("%r was released after its local validity ended; nobody else had taken it", lease)
+        now = time.time()
+        try:
+            self._call(
+                "update_item", "release a lock",
+                Key=self._key(lease.stored_key),
+                UpdateExpression="SET #released_at = :now, #released_by = :me, #gc = :gc, #rvn = :rvn REMOVE #owner",
+                ConditionExpression="#owner = :me AND #fence = :token",
+                ExpressionAttributeNames={**self._names(it.OWNER, it.FENCE, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute},
+                ExpressionAttributeValues={
+                    ":me": {"S": lease.owner},
+                    ":token": it.num(lease.token),
+                    ":now": it.num(now),
+                    ":rvn": {"S": uuid.uuid4().hex},
+                    ":gc": self._gc_at(now),
+                },
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            )
+        except ClientError as exc:
+            item = self._old_item(exc, lease.stored_key)
+            info = self._info(item)
+            if info is not None and info.released_by == lease.owner and (info.token or 0) >= lease.token:
+                return  # an earlier try of ours was applied; its reply was lost
+            if quiet:
                 return
+            reason, detail = self._why_not_ours(lease, item)
+            self._lose(lease, reason, detail)
+            raise lease._lost or LockLost(lease.key, lease.token, reason, detail) from None
+        except DynLockError as exc:
+            if not quiet:
+                # The work ran under a valid lease; only freeing it early failed.
+                # It stops being renewed, so waiters take over within one lease.
+                logger.warning("could not release %r; it will expire within its lease: %s", lease, exc)
+            return
+        if expired_locally:
+            # Owner and fence were unchanged: nobody held the key in between.
+            logger.warning("%r was released after its local validity ended; nobody else had taken it", lease)
 
     # -- inspection and operations ------------------------------------------------
     def get(self, key: str) -> LeaseInfo | None:
@@ -801,12 +806,13 @@ class LockClient:
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
         now = time.time()
+        mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
         condition = "attribute_exists(#owner)"
         values: dict[str, Any] = {
             ":now": it.num(now),
             ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
             ":why": {"S": reason or "no reason given"},
-            ":rvn": {"S": uuid.uuid4().hex},
+            ":rvn": {"S": mark},
             ":gc": self._gc_at(now),
         }
         if token is not None:
@@ -824,9 +830,13 @@ class LockClient:
                     "#gc": self.options.ttl_attribute,
                 },
                 ExpressionAttributeValues=values,
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
-        except ClientError:
-            return False
+        except ClientError as exc:
+            item = self._old_item(exc, stored)
+            if not item or item.get(it.RVN, {}).get("S") != mark:
+                return False
+            # else: a retry after our own break was applied but its reply was lost
         logger.warning("lock %r (token %s) broken by %s: %s", key, token, by, reason or "no reason given")
         self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):

@@ -25,7 +25,9 @@ TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
 DEFAULT_CLIENT_CONFIG: dict[str, Any] = {
     "connect_timeout": 1.0,
     "read_timeout": 2.0,
-    "retries": {"mode": "standard", "total_max_attempts": 2},
+    # One attempt per request: LockClient retries itself, quickly (botocore's backoff
+    # sleeps up to a second), and its acquire loop retries within `wait`.
+    "retries": {"mode": "standard", "total_max_attempts": 1},
     "max_pool_connections": 32,
     "tcp_keepalive": True,
 }
@@ -54,11 +56,18 @@ def merge_client_config(user: Config | dict[str, Any] | None) -> Config:
     return config
 
 
-def call_budget(config: Config) -> float:
-    """Worst-case seconds one API call can take: every attempt times out, plus backoff.
+# Requests the LockClient makes for one call when they fail transiently (its acquire
+# loop retries on its own, within `wait`).
+CALL_ATTEMPTS = 3
 
-    botocore's standard mode sleeps up to 2**attempt seconds (at most 20) between
-    attempts; legacy mode is similar. Used by a system check against the lease.
+
+def call_budget(config: Config) -> float:
+    """Worst-case seconds one LockClient call can take: every attempt times out.
+
+    Our CALL_ATTEMPTS tries, each a botocore call with its own attempts and backoff
+    (standard mode sleeps up to 2**attempt seconds, at most 20, between attempts).
+    Our own backoff between tries is milliseconds and left out. Used by a system
+    check against the lease.
     """
     retries = config.retries or {}
     attempts = retries.get("total_max_attempts")
@@ -67,7 +76,7 @@ def call_budget(config: Config) -> float:
     connect = config.connect_timeout if config.connect_timeout is not None else 60
     read = config.read_timeout if config.read_timeout is not None else 60
     backoff = sum(min(2.0**i, 20.0) for i in range(max(attempts - 1, 0)))
-    return attempts * (float(connect) + float(read)) + backoff
+    return CALL_ATTEMPTS * (attempts * (float(connect) + float(read)) + backoff)
 
 
 @dataclass(frozen=True)
