@@ -56,9 +56,14 @@ class _Watch:
     rvn: str | None
     since: float
     lease_seconds: float
+    seen: float = 0.0  # when we last read the item
 
     def takeover_at(self) -> float:
         return self.since + self.lease_seconds
+
+    def stale(self, now: float) -> bool:
+        """Time to read the item again (only matters where failed writes return no item)."""
+        return now - self.seen >= min(1.0, self.lease_seconds / 10)
 
 
 class LockClient:
@@ -183,12 +188,14 @@ class LockClient:
     def _names(self, *attrs: str) -> dict[str, str]:
         return {f"#{name}": name for name in attrs}
 
-    def _old_item(self, exc: ClientError, stored_key: str) -> dict[str, Any] | None:
-        """The item that made a condition fail: from the reply, or one consistent read."""
+    def _old_item(self, exc: ClientError, stored_key: str, *, read: bool = True) -> dict[str, Any] | None:
+        """The item that made a condition fail: from the reply, or (if ``read``) one consistent read."""
         item = exc.response.get("Item")
         if item is not None:
             self.returns_item_on_failure = True
             return item
+        if not read:
+            return None
         if self.returns_item_on_failure is None:
             self.returns_item_on_failure = False
             self._say_once(
@@ -305,6 +312,7 @@ class LockClient:
                 return
             self._held.discard(lease)
         self._gates.leave(lease.stored_key)
+        self._heartbeater.discard(lease)
 
     def _acquire_request(
         self, stored: str, owner: str, lease_seconds: float, holder: Mapping[str, Any] | None, takeover_rvn: str | None
@@ -358,9 +366,10 @@ class LockClient:
             return None
         rvn = item.get(it.RVN, {}).get("S")
         if watch is not None and watch.rvn == rvn:
+            watch.seen = received
             return watch
         lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
-        return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0)
+        return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0, seen=received)
 
     def _acquire_remote(
         self,
@@ -385,8 +394,14 @@ class LockClient:
             try:
                 reply = self._call("update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params)
             except ClientError as exc:
-                last_item = self._old_item(exc, stored)
-                watch = self._observe(watch, last_item, time.monotonic())
+                # Where the server returns no item (dynalite) a read costs a call: skip it
+                # for try_acquire, and while waiting read only to start or refresh the watch.
+                now = time.monotonic()
+                read = not single and (watch is None or takeover is not None or watch.stale(now) or now >= give_up_at)
+                item = self._old_item(exc, stored, read=read)
+                if item is not None or read:
+                    last_item = item
+                    watch = self._observe(watch, item, time.monotonic())
                 error: DynLockError | None = None
             except DynLockError as exc:
                 if not getattr(exc, "retryable", False):
@@ -679,7 +694,7 @@ class LockClient:
 
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
-        if lease._state in (LeaseState.LOST, LeaseState.RELEASED) or self._closed:
+        if not lease.needs_renewal or self._closed:
             return None
         period = self._period(lease.lease_seconds)
         if time.monotonic() >= lease.valid_until:

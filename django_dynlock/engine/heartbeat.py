@@ -33,6 +33,7 @@ class Heartbeater:
         self._heap: list[tuple[float, int, Lease]] = []
         self._seq = itertools.count()
         self._stopping = False
+        self._dead = 0
         self._thread: threading.Thread | None = None
 
     def add(self, lease: Lease, period: float) -> None:
@@ -46,7 +47,21 @@ class Heartbeater:
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            elif self._heap[0][2] is lease:
+                self._cond.notify()  # only an earlier due time changes what the thread waits for
+
+    def discard(self, lease: Lease) -> None:
+        """Note that a lease needs no more renewals (released or lost).
+
+        Its heap entry is dropped lazily when due; when dead entries pile up (many
+        short leases under a long heartbeat period) the heap is rebuilt without them.
+        """
+        with self._cond:
+            self._dead += 1
+            if self._dead > max(64, len(self._heap) // 2):
+                self._heap = [entry for entry in self._heap if entry[2].needs_renewal]
+                heapq.heapify(self._heap)
+                self._dead = 0
 
     def stop(self, timeout: float = 0.5) -> None:
         """Stop promptly: wait at most `timeout` for a renewal that is in flight."""

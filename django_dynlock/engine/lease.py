@@ -132,6 +132,10 @@ class Lease:
             self._state = LeaseState.RELEASED
 
     @property
+    def needs_renewal(self) -> bool:
+        return self._state in (LeaseState.HELD, LeaseState.AT_RISK)
+
+    @property
     def lost_reason(self) -> str | None:
         if self.state is not LeaseState.LOST:
             return None
