@@ -288,15 +288,15 @@ class dynamo_lock:
                 except LockNotAcquired as error:
                     return self._busy(error, request)
                 token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
-                error: BaseException | None = None
+                failure: BaseException | None = None
                 try:
                     return await func(*args, **kwargs)
                 except BaseException as exc:  # includes CancelledError: release all the same
-                    error = exc
+                    failure = exc
                     raise
                 finally:
                     _held.reset(token)
-                    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._finish, handle, error))
+                    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._finish, handle, failure))
 
             return cast(F, async_wrapper)
 
@@ -311,15 +311,15 @@ class dynamo_lock:
             except LockNotAcquired as error:
                 return self._busy(error, request)
             token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
-            error: BaseException | None = None
+            failure: BaseException | None = None
             try:
                 return func(*args, **kwargs)
             except BaseException as exc:
-                error = exc
+                failure = exc
                 raise
             finally:
                 _held.reset(token)
-                self._finish(handle, error)
+                self._finish(handle, failure)
 
         return cast(F, wrapper)
 

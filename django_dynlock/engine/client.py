@@ -498,8 +498,8 @@ class LockClient:
             if isinstance(error, LockNotAcquired):
                 self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
             raise
-        for lease in leases:
-            self._start_holding(lease, waited=time.monotonic() - started)
+        for one in leases:
+            self._start_holding(one, waited=time.monotonic() - started)
         return LeaseGroup(self, leases)
 
     def _acquire_in_order(
