@@ -17,7 +17,7 @@ import string
 import threading
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Awaitable, Callable, Mapping, Sequence, TypeVar, Union, cast, overload
+from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse

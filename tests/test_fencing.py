@@ -16,7 +16,7 @@ from django_dynlock import LockClient
 from django_dynlock.fencing import fenced_update
 from testproject.booking.models import Event
 from tests.servers import dummy_client
-from tests.workers import client_for, decorated_sections
+from tests.workers import decorated_sections
 
 
 @pytest.mark.django_db

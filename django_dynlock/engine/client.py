@@ -771,11 +771,15 @@ class LockClient:
             logger.warning("%r was released after its local validity ended; nobody else had taken it", lease)
 
     # -- inspection and operations ------------------------------------------------
-    def get(self, key: str) -> LeaseInfo | None:
-        """The live holder of ``key`` (one consistent read), or None if it is free."""
+    def get(self, key: str, *, include_released: bool = False) -> LeaseInfo | None:
+        """The live holder of ``key`` (one consistent read), or None if it is free.
+
+        With ``include_released``, the item whatever its state (None only if there is
+        none): who released or broke it last, and the token it is at.
+        """
         self._check_open()
         info = self._info(self._get_item(self.options.prefixed(key)))
-        return info if info is not None and info.is_held else None
+        return info if info is not None and (include_released or info.is_held) else None
 
     def leases(self, prefix: str = "", *, include_released: bool = False, page_size: int = 100) -> Iterator[LeaseInfo]:
         """Iterate over live leases (or all items), one Scan page at a time."""

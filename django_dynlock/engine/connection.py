@@ -7,6 +7,7 @@ client is built from its own explicit Session, under a lock.
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -15,6 +16,16 @@ import boto3
 from .options import ClientOptions
 
 _build_lock = threading.Lock()
+
+
+def _reset_after_fork() -> None:
+    # Another thread may have held the lock at fork time; the child has no such thread.
+    global _build_lock
+    _build_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def build_boto_client(options: ClientOptions) -> Any:
