@@ -2,6 +2,7 @@
 #
 #   make venv        .venv with the package (editable) and the dev extras
 #   make node        node_modules with dynalite (a local DynamoDB server)
+#   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
 #   make test        full test suite, then the Django 4.2 LTS pass (test-dj42)
 #   make test-dj42   Django 4.2 LTS compatibility pass (-m "not slow")
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
@@ -22,8 +23,9 @@ VENV_DJ42 := .venv-dj42
 DJANGO_42 := Django>=4.2,<5.0
 PY_DEPS := setup.cfg pyproject.toml
 DYNALITE := node_modules/.bin/dynalite
+CHROMIUM := /usr/bin/chromium
 
-.PHONY: venv node test test-dj42 run clean
+.PHONY: venv node browser test test-dj42 run clean
 
 venv: $(VENV)/.installed
 
@@ -46,7 +48,23 @@ $(DYNALITE): package.json $(wildcard package-lock.json)
 	test -x $@
 	touch $@
 
-test: venv node
+# The browser test (tests/test_admin_browser.py) drives Debian's chromium through
+# Playwright; Playwright's own browser downloads are not used. Installed only when
+# missing, and only as root (CI); otherwise the test is skipped (it fails under CI=true).
+browser:
+	@if [ -x $(CHROMIUM) ]; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's chromium for the browser test"; \
+		log=$$(mktemp); \
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$$log" 2>&1; then \
+			tail -n 20 "$$log"; echo "warning: could not install chromium: the browser test cannot run"; \
+		fi; \
+		rm -f "$$log"; \
+	else \
+		echo "note: $(CHROMIUM) is missing (apt-get install chromium as root): the browser test will be skipped"; \
+	fi
+
+test: venv node browser
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-dj42
 

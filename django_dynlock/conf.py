@@ -153,9 +153,13 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
                                  "See botocore's Config reference: e.g. {'read_timeout': 2, 'retries': {'total_max_attempts': 2}}."))
     if typed_ok["SESSION_OPTIONS"]:
         unknown = set(values["SESSION_OPTIONS"]) - _session_arguments()
+        pair = {"aws_access_key_id", "aws_secret_access_key"} & set(values["SESSION_OPTIONS"])
         if unknown:
             found.append(Problem("dynlock.E010", f"{_where(alias, 'SESSION_OPTIONS')} has unknown boto3 Session arguments: {', '.join(sorted(map(str, unknown)))}.",
                                  f"Known: {', '.join(sorted(_session_arguments()))}."))
+        elif len(pair) == 1:
+            found.append(Problem("dynlock.E010", f"{_where(alias, 'SESSION_OPTIONS')} has {pair.pop()} without its other half.",
+                                 "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role)."))
     url = values["ENDPOINT_URL"]
     if typed_ok["ENDPOINT_URL"] and url is not None:
         parts = urlsplit(url)

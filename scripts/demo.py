@@ -3,7 +3,7 @@
 
 1. start a moto server (local DynamoDB) on 127.0.0.1:8001;
 2. ``manage.py migrate``;
-3. create the lock table through django_dynlock's own API;
+3. ``manage.py createlocktable`` (idempotent: fine on every start);
 4. create the superuser admin / admin if missing;
 5. ``manage.py runserver 127.0.0.1:8000`` in the foreground.
 
@@ -38,10 +38,6 @@ MANAGE = [sys.executable, str(REPO_ROOT / "manage.py")]
 STEP_TIMEOUT = 300  # seconds, per setup step
 STOP_TIMEOUT = 10  # seconds to wait for runserver after SIGTERM
 
-CREATE_TABLE = (
-    "from django_dynlock import get_lock_client; "
-    "print(get_lock_client().create_table(wait=True))"
-)
 CREATE_SUPERUSER = f"""
 from django.contrib.auth import get_user_model
 User = get_user_model()
@@ -125,7 +121,7 @@ def main() -> int:
         try:
             run_step("migrating the SQLite database (.demo/db.sqlite3) ...",
                      ["migrate", "--noinput"], env)
-            run_step("creating the lock table ...", ["shell", "--verbosity", "0", "-c", CREATE_TABLE], env)
+            run_step("creating the lock table ...", ["createlocktable"], env)
             run_step("creating the superuser ...", ["shell", "--verbosity", "0", "-c", CREATE_SUPERUSER], env)
         except subprocess.CalledProcessError as exc:
             say(f"ERROR: setup step failed (exit {exc.returncode}): {' '.join(map(str, exc.cmd))}")

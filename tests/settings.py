@@ -44,3 +44,12 @@ DYNLOCK = {
         "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
     }
 }
+
+# Subprocess tests (`python manage.py ... --settings=tests.settings`) point the default
+# alias at their test server through the environment.
+import os  # noqa: E402
+
+if os.environ.get("DYNLOCK_TEST_ENDPOINT_URL"):
+    DYNLOCK["default"]["ENDPOINT_URL"] = os.environ["DYNLOCK_TEST_ENDPOINT_URL"]
+    if os.environ.get("DYNLOCK_TEST_TABLE"):
+        DYNLOCK["default"]["TABLE_NAME"] = os.environ["DYNLOCK_TEST_TABLE"]

@@ -41,6 +41,7 @@ def ids(setting) -> list[str]:
         ({"default": {"TABLE_NAME": "bad name!"}}, "dynlock.E008"),
         ({"default": {"CLIENT_CONFIG": {"read_timeut": 1}}}, "dynlock.E009"),
         ({"default": {"SESSION_OPTIONS": {"profile": "x"}}}, "dynlock.E010"),
+        ({"default": {"SESSION_OPTIONS": {"aws_access_key_id": "AKID"}}}, "dynlock.E010"),
         ({"default": {"ENDPOINT_URL": "localhost:8000"}}, "dynlock.E011"),
         ({"default": {"KEY_PREFIX": "p" * 2048}}, "dynlock.E012"),
         ({"default": {"MIN_RETRY_DELAY": 1.0, "MAX_RETRY_DELAY": 0.5}}, "dynlock.E013"),

@@ -321,7 +321,7 @@ class LockClient:
         now = time.time()
         names = self._names(
             it.OWNER, it.RVN, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
-            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT,
+            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT, it.RELEASED_BY,
         )
         names["#gc"] = self.options.ttl_attribute
         values = {
@@ -340,7 +340,13 @@ class LockClient:
             ":base": it.num(int(now * 1_000_000)),
             ":one": it.num(1),
         }
-        condition = "attribute_not_exists(#owner) OR #owner = :me"
+        # A free key, unless this very acquisition was already released or abandoned: an
+        # attempt of ours that was delayed in the network and lands after that must not
+        # lock the key for an owner nobody renews (a ghost holder).
+        condition = (
+            "(attribute_not_exists(#owner) AND (attribute_not_exists(#released_by) OR #released_by <> :me))"
+            " OR #owner = :me"
+        )
         if takeover_rvn is not None:
             condition += " OR #rvn = :seen"
             values[":seen"] = {"S": takeover_rvn}
@@ -398,11 +404,17 @@ class LockClient:
                 # for try_acquire, and while waiting read only to start or refresh the watch.
                 now = time.monotonic()
                 read = not single and (watch is None or takeover is not None or watch.stale(now) or now >= give_up_at)
-                item = self._old_item(exc, stored, read=read)
-                if item is not None or read:
-                    last_item = item
-                    watch = self._observe(watch, item, time.monotonic())
                 error: DynLockError | None = None
+                try:
+                    item = self._old_item(exc, stored, read=read)
+                except DynLockError as read_error:
+                    if not getattr(read_error, "retryable", False):
+                        raise
+                    error = read_error  # we only failed to look at the holder: keep waiting
+                else:
+                    if item is not None or read:
+                        last_item = item
+                        watch = self._observe(watch, item, time.monotonic())
             except DynLockError as exc:
                 if not getattr(exc, "retryable", False):
                     self._abandon(stored, owner, ambiguous or getattr(exc, "ambiguous", False))
@@ -636,13 +648,14 @@ class LockClient:
                 "update_item", "renew a lease",
                 Key=self._key(lease.stored_key),
                 UpdateExpression="SET #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
-                # Not conditioned on our previous rvn: a renewal applied whose reply was
-                # lost must not make the next one fail.
-                ConditionExpression="#owner = :me AND #fence = :token",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.FENCE, it.RVN, it.LEASE_MS, it.EXPIRES_AT), "#gc": self.options.ttl_attribute},
+                # The owner id names this acquisition alone. Not conditioned on our previous
+                # rvn: a renewal applied whose reply was lost must not make the next one
+                # fail. Nor on the fence: a delayed duplicate of our own acquire may have
+                # moved it on (harmlessly: tokens only have to grow between holders).
+                ConditionExpression="#owner = :me",
+                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.LEASE_MS, it.EXPIRES_AT), "#gc": self.options.ttl_attribute},
                 ExpressionAttributeValues={
                     ":me": {"S": lease.owner},
-                    ":token": it.num(lease.token),
                     ":rvn": {"S": uuid.uuid4().hex},
                     ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
                     ":expires": it.num(now + lease_seconds),
@@ -739,11 +752,10 @@ class LockClient:
                 "update_item", "release a lock",
                 Key=self._key(lease.stored_key),
                 UpdateExpression="SET #released_at = :now, #released_by = :me, #gc = :gc, #rvn = :rvn REMOVE #owner",
-                ConditionExpression="#owner = :me AND #fence = :token",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.FENCE, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute},
+                ConditionExpression="#owner = :me",
+                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute},
                 ExpressionAttributeValues={
                     ":me": {"S": lease.owner},
-                    ":token": it.num(lease.token),
                     ":now": it.num(now),
                     ":rvn": {"S": uuid.uuid4().hex},
                     ":gc": self._gc_at(now),
@@ -753,8 +765,15 @@ class LockClient:
         except ClientError as exc:
             item = self._old_item(exc, lease.stored_key)
             info = self._info(item)
-            if info is not None and info.released_by == lease.owner and (info.token or 0) >= lease.token:
-                return  # an earlier try of ours was applied; its reply was lost
+            if info is not None and (
+                # An earlier try of ours was applied and its reply lost ...
+                info.released_by == lease.owner
+                # ... and someone has acquired the key since (and maybe released it): while
+                # our lease was valid nobody could have taken it from us, and a break
+                # leaves its mark until the next release.
+                or (not expired_locally and (info.token or 0) > lease.token and not info.was_broken)
+            ):
+                return
             if quiet:
                 return
             reason, detail = self._why_not_ours(lease, item)

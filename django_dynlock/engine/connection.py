@@ -13,6 +13,7 @@ from typing import Any
 
 import boto3
 
+from ..exceptions import CredentialsError
 from .options import ClientOptions
 
 _build_lock = threading.Lock()
@@ -29,6 +30,11 @@ if hasattr(os, "register_at_fork"):
 
 
 def build_boto_client(options: ClientOptions) -> Any:
+    keys = {"aws_access_key_id", "aws_secret_access_key"} & set(options.session_options)
+    if len(keys) == 1:
+        # boto3 would sign with half a key pair; AWS refuses that only later, obscurely.
+        missing = ({"aws_access_key_id", "aws_secret_access_key"} - keys).pop()
+        raise CredentialsError(f"SESSION_OPTIONS has {keys.pop()} but no {missing}: give both, or neither")
     with _build_lock:
         session = boto3.session.Session(**options.session_options)
         return session.client(

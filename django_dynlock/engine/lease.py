@@ -67,6 +67,11 @@ class Lease:
         self._valid_until = 0.0
         self._renewed(sent_at, lease_seconds)
 
+    @property
+    def client(self) -> LockClient:
+        """The client that holds this lease."""
+        return self._client
+
     # -- local view, no network ------------------------------------------------
     def _renewed(self, sent_at: float, lease_seconds: float) -> bool:
         """Record a successful write sent at ``sent_at``; True if the lease was at risk."""
@@ -175,9 +180,10 @@ class Lease:
             "ConditionCheck": {
                 "TableName": options.table_name,
                 "Key": {options.key_attribute: {"S": self.stored_key}},
-                "ConditionExpression": "#owner = :me AND #fence = :token",
-                "ExpressionAttributeNames": {"#owner": "owner", "#fence": "fence"},
-                "ExpressionAttributeValues": {":me": {"S": self.owner}, ":token": {"N": str(self.token)}},
+                # The owner id names this acquisition alone (see docs/protocol.md).
+                "ConditionExpression": "#owner = :me",
+                "ExpressionAttributeNames": {"#owner": "owner"},
+                "ExpressionAttributeValues": {":me": {"S": self.owner}},
             }
         }
 

@@ -1,0 +1,516 @@
+"""The "Leases" admin page: live leases read from DynamoDB, and breaking them safely.
+
+There is no SQL table behind it. ``Lease`` is an unmanaged placeholder model that gives
+the admin an entry and two permissions; every view here is our own:
+
+- the list (``admin:django_dynlock_lease_changelist``): one Scan call per page, with a
+  cursor (DynamoDB's ``LastEvaluatedKey``) for the next page, never one call per row;
+- the detail page (``admin:django_dynlock_lease_change``, one consistent read);
+- the confirmation page (``admin:django_dynlock_lease_break``): GET shows the lease and
+  its token, POST (``token``, ``reason``) breaks it only if it still has that token.
+
+``view_lease`` and ``break_lease`` are checked in every view, not only used to hide links.
+Each break goes to the admin log (``LogEntry``) and sends ``lock_broken``. A DynamoDB
+failure is shown on the page with what to do about it, never as a 500.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import datetime as dt
+import json
+from dataclasses import dataclass
+from typing import Any, Iterable
+from urllib.parse import urlencode
+
+from django.contrib import admin, messages
+from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
+from django.contrib.admin.models import CHANGE, LogEntry
+from django.contrib.admin.utils import quote, unquote
+from django.contrib.contenttypes.models import ContentType
+from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.text import Truncator
+
+from . import conf
+from .clients import get_lock_client
+from .engine.client import LockClient
+from .engine.errors import safe_endpoint
+from .engine.items import LeaseInfo
+from .exceptions import ConfigurationError, CredentialsError, DynLockError, TableNotFound
+from .management import formatting as fmt
+from .models import Lease
+
+#: The changelist action's name (also the ``action`` value its form posts).
+BREAK_ACTION = "break_leases"
+#: Longest reason accepted (it is stored in the item, the admin log and the signal).
+MAX_REASON = 500
+#: Most keys one bulk confirmation page reads (one GetItem each).
+MAX_SELECTED = 100
+TEMPLATES = "admin/django_dynlock/lease"
+
+
+class UnknownAlias(DynLockError):
+    pass
+
+
+@dataclass
+class Problem:
+    """A DynamoDB/settings failure, as shown on the page: what happened and what to do."""
+
+    message: str
+    hint: str
+
+
+def problem(exc: DynLockError, alias: str) -> Problem:
+    """What to tell an operator. Messages of the library never contain credentials."""
+    switch = f" --alias {alias}" if alias != conf.DEFAULT_ALIAS else ""
+    if isinstance(exc, UnknownAlias):
+        return Problem(str(exc), "Pick one of the configured aliases.")
+    if isinstance(exc, ConfigurationError):
+        # Its text may quote a setting's value (a mistyped SESSION_OPTIONS, say): not shown.
+        return Problem(f"The DYNLOCK setting of alias {alias!r} has errors.",
+                       "Run `python manage.py check` to see them, and fix DYNLOCK.")
+    if isinstance(exc, TableNotFound):
+        return Problem(str(exc), f"Create the table: `python manage.py createlocktable{switch}`.")
+    if isinstance(exc, CredentialsError):
+        return Problem(str(exc), "Check the credentials this server runs with (DYNLOCK SESSION_OPTIONS, "
+                                 "AWS_* environment variables, profile or instance role).")
+    if getattr(exc, "code", None) == "AccessDeniedException":
+        return Problem(str(exc), "Grant the IAM principal this server runs as those actions on the table.")
+    return Problem(str(exc), "Check that DynamoDB is reachable from this server and that ENDPOINT_URL and "
+                             "REGION_NAME are right: `python manage.py check --deploy --tag dynlock_table` "
+                             "tests the connection.")
+
+
+# -- cursors ---------------------------------------------------------------------------
+def encode_cursor(last_key: dict[str, Any] | None, key_attribute: str) -> str | None:
+    """DynamoDB's LastEvaluatedKey as a URL-safe string: the stored key, base64url."""
+    if not last_key:
+        return None
+    stored = last_key[key_attribute]["S"]
+    return base64.urlsafe_b64encode(stored.encode()).decode().rstrip("=")
+
+
+def decode_cursor(cursor: str, key_attribute: str) -> dict[str, Any] | None:
+    """The ExclusiveStartKey of a cursor; ValueError if it is not one of ours."""
+    if not cursor:
+        return None
+    try:
+        stored = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
+    except (binascii.Error, UnicodeDecodeError, ValueError):
+        raise ValueError("invalid cursor") from None
+    if not stored:
+        raise ValueError("invalid cursor")
+    return {key_attribute: {"S": stored}}
+
+
+# -- rows ------------------------------------------------------------------------------
+@dataclass
+class Row:
+    """One lease as the templates show it (everything is escaped by the templates)."""
+
+    info: LeaseInfo
+    state: str
+    what: str
+    user: str
+    where: str
+    metadata: list[tuple[str, str]]
+    acquired_ago: str
+    expires: str
+    left: float  # seconds of lease left by our clock (0 once past)
+    left_percent: int
+    lease_seconds: str
+    detail_url: str = ""
+    break_url: str = ""
+
+    @property
+    def key(self) -> str:
+        return self.info.key
+
+    @property
+    def token(self) -> int | None:
+        return self.info.token
+
+    @property
+    def breakable(self) -> bool:
+        return self.info.is_held
+
+
+def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
+    state = fmt.state(info, now)
+    left = info.expires_in(now) if info.is_held else None
+    seconds = info.lease_seconds or 0.0
+    percent = 0
+    if left is not None and left > 0 and seconds > 0:
+        percent = max(0, min(100, round(100 * left / seconds)))
+    what_key = next((k for k in fmt.WHAT_KEYS if info.holder.get(k)), None)
+    shown = {what_key, fmt.USER_KEY}
+    return Row(
+        info=info,
+        state=state,
+        what=info.holder.get(what_key, "") if what_key else "",
+        user=info.holder.get(fmt.USER_KEY, ""),
+        where=f"{info.host or '?'}:{info.pid if info.pid is not None else '?'}",
+        metadata=[(k, v) for k, v in sorted(info.holder.items()) if k not in shown],
+        acquired_ago=fmt.ago(info.acquired_at, now),
+        expires=fmt.expires(info, now),
+        left=max(0.0, left or 0.0),
+        left_percent=percent,
+        lease_seconds=fmt.duration(seconds) if seconds else "-",
+    )
+
+
+@admin.register(Lease)
+class LeaseAdmin(admin.ModelAdmin):
+    """Admin over the lock table of one or more ``DYNLOCK`` aliases."""
+
+    list_per_page = 100
+    actions = None  # ours is not a queryset action: see changelist_view / BREAK_ACTION
+
+    # -- permissions ---------------------------------------------------------------
+    def _perm(self, request: HttpRequest, codename: str) -> bool:
+        user = request.user
+        return bool(user.is_active and user.is_staff and user.has_perm(f"{self.opts.app_label}.{codename}"))
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self._perm(request, "view_lease")
+
+    def has_break_permission(self, request: HttpRequest) -> bool:
+        return self._perm(request, "view_lease") and self._perm(request, "break_lease")
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def _require_view(self, request: HttpRequest) -> None:
+        if not self.has_view_permission(request):
+            raise PermissionDenied
+
+    def _require_break(self, request: HttpRequest) -> None:
+        self._require_view(request)
+        if not self.has_break_permission(request):
+            raise PermissionDenied
+
+    # -- URLs ------------------------------------------------------------------------
+    def get_urls(self) -> list:
+        info = self.opts.app_label, self.opts.model_name
+        wrap = self.admin_site.admin_view
+        return [
+            path("", wrap(self.changelist_view), name="%s_%s_changelist" % info),
+            path("<path:object_id>/break/", wrap(self.break_view), name="%s_%s_break" % info),
+            path("<path:object_id>/", wrap(self.detail_view), name="%s_%s_change" % info),
+        ]
+
+    def _url(self, name: str, *args: Any, alias: str | None = None, **query: Any) -> str:
+        url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args,
+                      current_app=self.admin_site.name)
+        if alias and alias != conf.DEFAULT_ALIAS:
+            query = {"alias": alias, **query}
+        query = {k: v for k, v in query.items() if v not in (None, "", False)}
+        return f"{url}?{urlencode(query)}" if query else url
+
+    def detail_url(self, key: str, alias: str) -> str:
+        return self._url("change", quote(key), alias=alias)
+
+    def break_url(self, key: str, alias: str) -> str:
+        return self._url("break", quote(key), alias=alias)
+
+    # -- shared ----------------------------------------------------------------------
+    def _alias(self, request: HttpRequest) -> str:
+        alias = request.POST.get("alias") or request.GET.get("alias") or ""
+        configured = conf.aliases()
+        if not alias:
+            return conf.DEFAULT_ALIAS if conf.DEFAULT_ALIAS in configured or not configured else configured[0]
+        if alias not in configured:
+            raise UnknownAlias(f"DYNLOCK has no alias {alias!r}; configured: {', '.join(map(repr, configured)) or 'none'}.")
+        return alias
+
+    def _context(self, request: HttpRequest, title: str, alias: str, **extra: Any) -> dict[str, Any]:
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "app_label": self.opts.app_label,
+            "title": title,
+            "alias": alias,
+            "aliases": conf.aliases(),
+            "has_view_permission": self.has_view_permission(request),
+            "has_break_permission": self.has_break_permission(request),
+            "changelist_url": self._url("changelist", alias=alias),
+            "max_reason": MAX_REASON,
+            **extra,
+        }
+        try:
+            options = conf.get_options(alias)
+        except DynLockError:
+            options = None
+        if options is not None:
+            # What is safe to show: never SESSION_OPTIONS, never user:password of the endpoint.
+            context["where"] = {"table": options.table_name, "endpoint": safe_endpoint(options.endpoint_url),
+                                "key_prefix": options.key_prefix}
+        return context
+
+    def _render(self, request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> TemplateResponse:
+        request.current_app = self.admin_site.name
+        return TemplateResponse(request, [f"{TEMPLATES}/{template}", f"admin/django_dynlock/{template}"], context,
+                                status=status)
+
+    def _rows(self, infos: Iterable[LeaseInfo], alias: str, now: dt.datetime) -> list[Row]:
+        rows = []
+        for info in infos:
+            row = make_row(info, now)
+            row.detail_url = self.detail_url(info.key, alias)
+            row.break_url = self.break_url(info.key, alias)
+            rows.append(row)
+        return rows
+
+    # -- the list ----------------------------------------------------------------------
+    def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
+        self._require_view(request)
+        if request.method == "POST":
+            return self._action(request)
+        query = request.GET.get("q", "")
+        include_all = request.GET.get("all") == "1"
+        cursor = request.GET.get("cursor", "")
+        try:
+            page_number = max(1, min(int(request.GET.get("p", "1")), 10**9))
+        except ValueError:
+            page_number = 1
+        alias = conf.DEFAULT_ALIAS
+        rows: list[Row] = []
+        next_cursor: str | None = None
+        hidden_expired = 0
+        error: Problem | None = None
+        now = dt.datetime.now(dt.timezone.utc)
+        try:
+            alias = self._alias(request)
+            client = get_lock_client(alias)
+            try:
+                start = decode_cursor(cursor, client.options.key_attribute)
+            except ValueError:
+                messages.warning(request, "That page link is not valid any more: showing the first page.")
+                start, cursor, page_number = None, "", 1
+            # The one DynamoDB call of this page.
+            infos, last_key = client.scan_page(query, include_released=include_all, start=start, limit=self.list_per_page)
+            next_cursor = encode_cursor(last_key, client.options.key_attribute)
+        except DynLockError as exc:
+            error = problem(exc, alias)
+            infos = []
+        if not include_all:
+            live = [info for info in infos if fmt.state(info, now) != "expired"]
+            hidden_expired = len(infos) - len(live)
+            infos = live
+        rows = self._rows(sorted(infos, key=lambda info: info.key), alias, now)
+        base = {"q": query, "all": "1" if include_all else ""}
+        context = self._context(
+            request, "Leases", alias,
+            rows=rows,
+            error=error,
+            query=query,
+            include_all=include_all,
+            hidden_expired=hidden_expired,
+            page_number=page_number,
+            is_first_page=not cursor,
+            first_page_url=self._url("changelist", alias=alias, **base),
+            next_page_url=self._url("changelist", alias=alias, **base, cursor=next_cursor, p=page_number + 1)
+            if next_cursor else None,
+            toggle_all_url=self._url("changelist", alias=alias, q=query, all="" if include_all else "1"),
+            break_action=BREAK_ACTION,
+            now=now,
+            **(extra_context or {}),
+        )
+        return self._render(request, "change_list.html", context)
+
+    # -- the detail page ---------------------------------------------------------------
+    def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        self._require_view(request)
+        key = unquote(object_id)
+        alias = conf.DEFAULT_ALIAS
+        row: Row | None = None
+        error: Problem | None = None
+        now = dt.datetime.now(dt.timezone.utc)
+        try:
+            alias = self._alias(request)
+            info = get_lock_client(alias).get(key, include_released=True)
+        except DynLockError as exc:
+            error, info = problem(exc, alias), None
+        raw = ""
+        if info is not None:
+            row = self._rows([info], alias, now)[0]
+            raw = json.dumps(info.raw, indent=2, sort_keys=True, ensure_ascii=False)
+        context = self._context(request, "Lease", alias, key=key, row=row, raw=raw, error=error, now=now,
+                                break_url=self.break_url(key, alias))
+        return self._render(request, "detail.html", context)
+
+    # -- breaking ----------------------------------------------------------------------
+    def _break(self, request: HttpRequest, client: LockClient, alias: str, key: str, token: int, reason: str) -> bool:
+        """Break ``key`` if it still has ``token``; on success log it (LogEntry). The client
+        sends ``lock_broken``."""
+        by = f"admin:{request.user.get_username()}"
+        if not client.break_lease(key, token=token, reason=reason, by=by):
+            return False
+        where = f" (alias {alias})" if alias != conf.DEFAULT_ALIAS else ""
+        LogEntry.objects.create(
+            user_id=request.user.pk,
+            content_type=ContentType.objects.get_for_model(Lease, for_concrete_model=False),
+            object_id=key,
+            object_repr=Truncator(key).chars(200),
+            action_flag=CHANGE,
+            change_message=f"Broke the lease on {key!r}{where}, token {token}. Reason: {reason}",
+        )
+        return True
+
+    @staticmethod
+    def _reason(request: HttpRequest) -> tuple[str, str | None]:
+        reason = " ".join(request.POST.get("reason", "").split())
+        if not reason:
+            return reason, "Give a reason: it is recorded with the lease, in the admin log and sent with lock_broken."
+        if len(reason) > MAX_REASON:
+            return reason, f"The reason is too long: at most {MAX_REASON} characters."
+        return reason, None
+
+    @staticmethod
+    def _token(value: str | None) -> int | None:
+        try:
+            token = int((value or "").strip())
+        except ValueError:
+            return None
+        return token if token >= 0 else None
+
+    def break_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
+        """GET: the confirmation page. POST (token, reason): break if the token still matches."""
+        self._require_break(request)
+        key = unquote(object_id)
+        alias = conf.DEFAULT_ALIAS
+        status = 200
+        form_errors: list[str] = []
+        reason = ""
+        posted_token: int | None = None
+        error: Problem | None = None
+        info: LeaseInfo | None = None
+        now = dt.datetime.now(dt.timezone.utc)
+        try:
+            alias = self._alias(request)
+            client = get_lock_client(alias)
+            if request.method == "POST":
+                posted_token = self._token(request.POST.get("token"))
+                reason, reason_error = self._reason(request)
+                if posted_token is None:
+                    form_errors.append("The form has no valid token: reload the lease and try again.")
+                if reason_error:
+                    form_errors.append(reason_error)
+                if not form_errors:
+                    if self._break(request, client, alias, key, posted_token, reason):
+                        messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
+                        return HttpResponseRedirect(self._url("changelist", alias=alias))
+                    status = 409
+                info = client.get(key)
+                if status == 409:
+                    messages.warning(request, self._not_broken(key, posted_token, info, now))
+                else:
+                    status = 400
+            else:
+                info = client.get(key)
+        except UnknownAlias as exc:
+            error, status = problem(exc, alias), 400 if request.method == "POST" else 200
+        except DynLockError as exc:
+            error = problem(exc, alias)
+            if request.method == "POST":
+                status = 503  # nothing was broken: DynamoDB could not be used
+        context = self._context(
+            request, "Break a lease", alias,
+            key=key, row=self._rows([info], alias, now)[0] if info is not None else None,
+            error=error, form_errors=form_errors, reason=reason,
+            detail_url=self.detail_url(key, alias), form_url=self.break_url(key, alias), now=now,
+        )
+        return self._render(request, "break_confirmation.html", context, status=status)
+
+    @staticmethod
+    def _not_broken(key: str, token: int | None, info: LeaseInfo | None, now: dt.datetime) -> str:
+        if info is None:
+            return f"Not broken: the lease on {key!r} (token {token}) is not held any more."
+        return (f"Not broken: the lease on {key!r} now has token {info.token} (held by {fmt.holder_text(info)}), "
+                f"not {token}. Look again and confirm if you still want to break it.")
+
+    def _action(self, request: HttpRequest) -> HttpResponse:
+        """The changelist's POST: the ``break_leases`` action on the selected keys.
+
+        First POST (``_selected_action``): the confirmation page with each key's current
+        token. Confirming POST (``post=yes``, ``key``/``token`` pairs, ``reason``): break
+        each key that still has its token.
+        """
+        self._require_break(request)
+        try:
+            alias = self._alias(request)
+        except UnknownAlias as exc:
+            messages.error(request, str(exc))
+            return HttpResponseRedirect(self._url("changelist"))
+        back = self._url("changelist", alias=alias)
+        if request.POST.get("action") != BREAK_ACTION:
+            messages.warning(request, "No action selected.")
+            return HttpResponseRedirect(back)
+        now = dt.datetime.now(dt.timezone.utc)
+        if request.POST.get("post") == "yes":
+            return self._break_selected(request, alias, back, now)
+        keys = list(dict.fromkeys(k for k in request.POST.getlist(ACTION_CHECKBOX_NAME) if k))
+        if not keys:
+            messages.warning(request, "Select the leases to break: nothing was broken.")
+            return HttpResponseRedirect(back)
+        if len(keys) > MAX_SELECTED:
+            messages.warning(request, f"Select at most {MAX_SELECTED} leases at a time: nothing was broken.")
+            return HttpResponseRedirect(back)
+        items: list[tuple[str, Row | None]] = []
+        error = None
+        try:
+            client = get_lock_client(alias)
+            for key in keys:
+                info = client.get(key)
+                items.append((key, self._rows([info], alias, now)[0] if info is not None else None))
+        except DynLockError as exc:
+            error = problem(exc, alias)
+        return self._render(request, "break_selected_confirmation.html", self._context(
+            request, "Break leases", alias, items=items, error=error, form_errors=[], reason="",
+            any_breakable=any(row is not None and row.breakable for _, row in items), break_action=BREAK_ACTION, now=now,
+        ))
+
+    def _break_selected(self, request: HttpRequest, alias: str, back: str, now: dt.datetime) -> HttpResponse:
+        keys = request.POST.getlist("key")
+        tokens = [self._token(t) for t in request.POST.getlist("token")]
+        reason, reason_error = self._reason(request)
+        form_errors = [reason_error] if reason_error else []
+        if len(keys) != len(tokens) or not keys or None in tokens or len(keys) > MAX_SELECTED:
+            form_errors.append("The form must post one token for each key: select the leases again.")
+        pairs = list(zip(keys, tokens))
+        if form_errors:
+            return self._render(request, "break_selected_confirmation.html", self._context(
+                request, "Break leases", alias, error=None, form_errors=form_errors, reason=reason,
+                break_action=BREAK_ACTION, now=now, posted=pairs,
+            ), status=400)
+        broken: list[str] = []
+        try:
+            client = get_lock_client(alias)
+            for key, token in pairs:
+                if self._break(request, client, alias, key, token, reason):
+                    broken.append(key)
+                else:
+                    # No extra read to say who has it now: the list shows that.
+                    messages.warning(request, f"Not broken: the lease on {key!r} is no longer held with token {token} "
+                                              f"(released or taken over since it was shown).")
+        except DynLockError as exc:
+            found = problem(exc, alias)
+            messages.error(request, f"{found.message} {found.hint}")
+        if broken:
+            count = len(broken)
+            messages.success(request, f"Broke {count} lease{'s' if count != 1 else ''}: {', '.join(map(repr, broken))}.")
+        return HttpResponseRedirect(back)

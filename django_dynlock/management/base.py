@@ -1,0 +1,127 @@
+"""What the dynlock management commands share: ``--alias``, exit codes, error mapping.
+
+Every command turns the library's errors into a one-line ``CommandError`` with a
+documented exit code, so ``manage.py`` never shows a traceback for an unreachable
+endpoint, a missing table or bad credentials, and scripts can tell a usage mistake
+(fix the command line or settings) from a DynamoDB problem (fix the environment).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import math
+from typing import Any, Iterator, NoReturn
+
+from botocore.exceptions import BotoCoreError, ClientError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from .. import conf
+from ..clients import get_lock_client
+from ..engine.client import LockClient
+from ..exceptions import ConfigurationError, DynLockError, InvalidArgument, InvalidKey
+
+#: Bad arguments or settings: the command line or DYNLOCK needs fixing.
+EXIT_USAGE = 2
+#: DynamoDB could not be used: unreachable, table missing, credentials, access denied...
+EXIT_BACKEND = 3
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def command_error(exc: BaseException) -> CommandError:
+    """The CommandError (message and exit code) for an error of the library or botocore."""
+    usage = isinstance(exc, (ConfigurationError, InvalidArgument, InvalidKey))
+    return CommandError(one_line(str(exc)), returncode=EXIT_USAGE if usage else EXIT_BACKEND)
+
+
+@contextlib.contextmanager
+def translated_errors() -> Iterator[None]:
+    """Run library calls so that their failures become one-line CommandErrors."""
+    try:
+        yield
+    except (DynLockError, BotoCoreError, ClientError) as exc:
+        raise command_error(exc) from exc
+
+
+def usage_error(message: str) -> NoReturn:
+    raise CommandError(message, returncode=EXIT_USAGE)
+
+
+def lock_client(alias: str) -> LockClient:
+    """The alias' client; an unknown or misconfigured alias is a usage error."""
+    configured = conf.aliases()
+    if alias not in configured:
+        names = ", ".join(repr(name) for name in configured) or "none"
+        usage_error(f"unknown alias {alias!r}: DYNLOCK defines {names}")
+    with translated_errors():
+        return get_lock_client(alias)
+
+
+def seconds(text: str) -> float:
+    """argparse type: a finite, non-negative number of seconds."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if math.isnan(value) or math.isinf(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    value = seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return value
+
+
+def exit_code(text: str) -> int:
+    """argparse type: a process exit status, 0-255."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an exit code 0-255, got {text!r}") from None
+    if not 0 <= value <= 255:
+        raise argparse.ArgumentTypeError(f"expected an exit code 0-255, got {text!r}")
+    return value
+
+
+class DynLockCommand(BaseCommand):
+    """Base of the dynlock commands: ``--alias`` and consistent exit codes."""
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        cli_error = parser.error
+
+        # From the shell argparse exits with 2; through call_command Django raises a
+        # CommandError with returncode 1, which breaklock uses for "not all broken".
+        # Keep bad arguments at EXIT_USAGE both ways.
+        def error(message: str) -> NoReturn:
+            if parser.called_from_command_line:
+                cli_error(message)
+            raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
+
+        parser.error = error  # type: ignore[method-assign]
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument(
+            "--alias", default=conf.DEFAULT_ALIAS,
+            help="The DYNLOCK alias (table and connection) to use. Default: %(default)s.",
+        )
+
+    def client(self, options: dict[str, Any]) -> LockClient:
+        return lock_client(options["alias"])

@@ -1,0 +1,114 @@
+"""``manage.py breaklock KEY [KEY ...]``: force-release leases, after confirmation."""
+
+from __future__ import annotations
+
+import datetime as dt
+import getpass
+import logging
+import socket
+import sys
+from typing import Any
+
+from django.core.management.base import CommandError, CommandParser
+
+from ...engine.client import LockClient
+from ...engine.items import LeaseInfo
+from .. import formatting as fmt
+from ..base import DynLockCommand, translated_errors, usage_error
+
+logger = logging.getLogger("django_dynlock.management")
+
+EXIT_NOT_ALL_BROKEN = 1
+
+
+def operator() -> str:
+    """Who is breaking: recorded in the item (``released_by``), the signal and the log."""
+    try:
+        user = getpass.getuser()
+    except Exception:  # no USER/LOGNAME and no passwd entry (some containers)
+        user = "unknown"
+    return f"{user}@{socket.gethostname()} (breaklock)"
+
+
+def stdin_is_interactive() -> bool:
+    try:
+        return sys.stdin is not None and sys.stdin.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+class Command(DynLockCommand):
+    help = (
+        "Break (force-release) the leases on the given keys. Shows each lease and asks first; the break "
+        "only happens if the lease still has the token that was shown (or --token)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("keys", nargs="+", metavar="KEY", help="Lock key(s) to break.")
+        parser.add_argument("--noinput", "--no-input", action="store_false", dest="interactive",
+                            help="Do not ask for confirmation.")
+        parser.add_argument("--token", type=int, default=None, metavar="N",
+                            help="Break only if the lease still has this fencing token (one KEY only).")
+        parser.add_argument("--reason", default="", metavar="TEXT", help="Why: recorded in the item and sent with lock_broken.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        keys: list[str] = list(dict.fromkeys(options["keys"]))  # once each, in the order given
+        token: int | None = options["token"]
+        interactive: bool = options["interactive"]
+        if token is not None and len(keys) > 1:
+            usage_error("--token applies to one KEY: tokens are counted per key")
+        if interactive and not stdin_is_interactive():
+            usage_error("stdin is not a terminal, so breaklock cannot ask for confirmation: pass --noinput")
+        client = self.client(options)
+        with translated_errors():
+            for key in keys:
+                client.options.prefixed(key)  # an invalid key is a usage error, before anything is broken
+            by = operator()
+            failed = [key for key in keys if not self.break_one(client, key, token, options["reason"], by, interactive)]
+        if failed:
+            raise CommandError(
+                f"{len(failed)} of {len(keys)} lock{'s' if len(keys) != 1 else ''} not broken: {', '.join(map(repr, failed))}",
+                returncode=EXIT_NOT_ALL_BROKEN,
+            )
+
+    def break_one(self, client: LockClient, key: str, token: int | None, reason: str, by: str, interactive: bool) -> bool:
+        info = client.get(key)
+        if info is None:
+            self.not_broken(key, "not found: no live lease on this key")
+            return False
+        now = dt.datetime.now(dt.timezone.utc)
+        if token is not None and info.token != token:
+            self.not_broken(key, f"the lease has token {info.token}, not {token}: it changed hands "
+                                 f"(now {fmt.summary(info, now)})")
+            return False
+        self.stdout.write(f"{key}: {fmt.summary(info, now)}")
+        if interactive and not self.confirm(key):
+            self.not_broken(key, "skipped: not confirmed")
+            return False
+        # Always conditioned on the token that was shown: a lease that changed hands
+        # while the operator read it is not broken by mistake.
+        if not client.break_lease(key, token=info.token, reason=reason, by=by):
+            self.not_broken(key, "gone: released or taken over since it was shown")
+            return False
+        self.audit(key, info, reason, by)
+        self.stdout.write(f"{key}: broken (token {info.token})", style_func=self.style.SUCCESS)
+        return True
+
+    def confirm(self, key: str) -> bool:
+        try:
+            answer = input(f"Break the lease on {key!r}? [y/N] ")
+        except EOFError:
+            return False
+        except KeyboardInterrupt:
+            self.stdout.write("")
+            raise CommandError("interrupted: nothing more is broken", returncode=EXIT_NOT_ALL_BROKEN) from None
+        return answer.strip().lower() in ("y", "yes")
+
+    def not_broken(self, key: str, why: str) -> None:
+        self.stdout.write(f"{key}: not broken: {why}", style_func=self.style.WARNING)
+
+    def audit(self, key: str, info: LeaseInfo, reason: str, by: str) -> None:
+        # The engine logs the break too; this line adds whose lease it was.
+        logger.warning("breaklock: %s broke lock %r (token %s, held by %s): %s",
+                       by, key, info.token, fmt.holder_text(info), reason or "no reason given")

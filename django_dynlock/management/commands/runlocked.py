@@ -1,0 +1,118 @@
+"""``manage.py runlocked KEY -- COMMAND [ARGS...]``: run a command under a lease.
+
+For cron jobs scheduled on many hosts: one host runs the command, the others find
+the key busy and skip (exit 0, or ``--busy-exit``). The inner command's exit code is
+passed through. Shares its implementation with ``@singleton_command``.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from django.core.management import call_command, get_commands, load_command_class
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from ...engine.lease import Lease
+from ...singleton import run_singleton
+from ..base import DynLockCommand, exit_code, positive_seconds, seconds, usage_error
+
+SEPARATOR = "--"
+
+
+def split_command_line(args: list[str]) -> tuple[list[str], list[str] | None]:
+    """Our arguments, and the inner command line after the first ``--`` (None without one).
+
+    Done before argparse, which handles ``--`` between a positional and REMAINDER
+    inconsistently (``runlocked KEY --wait 5 -- cmd`` would fail).
+    """
+    if SEPARATOR not in args:
+        return args, None
+    at = args.index(SEPARATOR)
+    return args[:at], args[at + 1:]
+
+
+def load_command(name: str) -> BaseCommand:
+    """The inner command, resolved like call_command (first installed app defining it)."""
+    try:
+        app_name = get_commands()[name]
+    except KeyError:
+        usage_error(f"unknown command {name!r} after --: see `manage.py help` for the commands")
+    if isinstance(app_name, BaseCommand):
+        return app_name
+    return load_command_class(app_name, name)
+
+
+class Command(DynLockCommand):
+    help = (
+        "Run another management command under a lease (KEY), renewing it while the command runs. "
+        "Busy: skip with a message (exit 0, or --busy-exit). The command's exit code is passed through."
+    )
+    missing_args_message = "usage: runlocked KEY -- COMMAND [ARGS ...]"
+
+    def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
+        kwargs.setdefault("usage", f"%(prog)s [options] KEY {SEPARATOR} COMMAND [ARGS ...]")
+        parser = super().create_parser(prog_name, subcommand, **kwargs)
+        parse = parser.parse_args
+
+        def parse_args(args: Any = None, namespace: Any = None) -> Any:
+            ours, inner = split_command_line(list(sys.argv[1:] if args is None else args))
+            parsed = parse(ours, namespace)
+            if inner is not None:
+                if parsed.command:
+                    parser.error(f"give the command after {SEPARATOR} only, not also before it: {parsed.command}")
+                parsed.command = inner
+            return parsed
+
+        parser.parse_args = parse_args  # type: ignore[method-assign]
+        return parser
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("key", metavar="KEY", help="Lock key, e.g. cron:clearsessions.")
+        parser.add_argument("command", nargs="*", metavar="COMMAND",
+                            help="The management command to run and its arguments, after --.")
+        parser.add_argument("--wait", type=seconds, default=0.0, metavar="SECONDS",
+                            help="Seconds to wait for a busy lock before skipping. Default: 0.")
+        parser.add_argument("--lease", type=positive_seconds, default=None, metavar="SECONDS",
+                            help="Lease duration in seconds (renewed while the command runs). "
+                                 "Default: the alias' LEASE_DURATION.")
+        parser.add_argument("--at-least", type=seconds, default=0.0, dest="at_least", metavar="SECONDS",
+                            help="Keep the lock until SECONDS after it was taken, even if the command "
+                                 "finished sooner, so other hosts' runs of the same schedule skip.")
+        parser.add_argument("--busy-exit", type=exit_code, default=0, dest="busy_exit", metavar="CODE",
+                            help="Exit code when the lock is busy. Default: 0 (skipping is not a failure).")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        command_line: list[str] = list(options["command"] or [])
+        if not command_line:
+            usage_error(f"no command to run: runlocked KEY {SEPARATOR} COMMAND [ARGS ...]")
+        name, inner_args = command_line[0], command_line[1:]
+        inner = load_command(name)
+        self.check_arguments(inner, name, inner_args)
+        out = getattr(self.stdout, "_out", self.stdout)
+        err = getattr(self.stderr, "_out", self.stderr)
+
+        def body(lease: Lease) -> None:
+            inner.dynlock_lease = lease  # type: ignore[attr-defined]
+            call_command(inner, *inner_args, stdout=out, stderr=err)
+
+        run_singleton(
+            body,
+            key=options["key"],
+            holder={"command": name},
+            command=self,
+            wait=options["wait"],
+            lease=options["lease"],
+            at_least=options["at_least"],
+            busy_exit=options["busy_exit"],
+            using=options["alias"],
+            verbosity=options["verbosity"],
+        )
+
+    def check_arguments(self, inner: BaseCommand, name: str, inner_args: list[str]) -> None:
+        """Refuse bad inner arguments before taking the lock, not after."""
+        try:
+            inner.create_parser("", name).parse_args(inner_args)
+        except CommandError as exc:
+            usage_error(f"{name}: {exc}")

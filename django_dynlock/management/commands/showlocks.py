@@ -1,0 +1,109 @@
+"""``manage.py showlocks``: list the leases in the lock table, page by page."""
+
+from __future__ import annotations
+
+import datetime as dt
+from time import sleep
+from typing import Any
+
+from django.core.management.base import CommandParser
+
+from ...engine.client import LockClient
+from .. import listing
+from ..base import DynLockCommand, positive_int, positive_seconds, translated_errors, usage_error
+
+FORMATS = ("table", "json", "csv")
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+class _Raw:
+    """File-like view of an OutputWrapper that adds no line endings: the writers add their own."""
+
+    def __init__(self, wrapper: Any) -> None:
+        self.wrapper = wrapper
+
+    def write(self, text: str) -> None:
+        self.wrapper.write(text, ending="")
+
+
+class Command(DynLockCommand):
+    help = (
+        "List live leases: key, holder, token, when acquired, when they expire and the holder's metadata. "
+        "Streams the table page by page."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        super().add_arguments(parser)
+        parser.add_argument("--format", choices=FORMATS, default="table",
+                            help="Output format. Default: %(default)s. json is one array; csv has a header row.")
+        parser.add_argument("--prefix", default="", help="Only keys starting with this (after KEY_PREFIX).")
+        parser.add_argument("--all", action="store_true", dest="show_all",
+                            help="Also list released, broken and expired leases, with a STATE column.")
+        parser.add_argument("--watch", type=positive_seconds, metavar="SECONDS",
+                            help="Refresh every SECONDS until interrupted (Ctrl-C).")
+        parser.add_argument("--iterations", type=positive_int, metavar="N",
+                            help="With --watch: stop after N refreshes.")
+        parser.add_argument("--page-size", type=positive_int, default=100, metavar="N",
+                            help="Items per Scan request. Default: %(default)s.")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        if options["iterations"] is not None and options["watch"] is None:
+            usage_error("--iterations only applies with --watch SECONDS")
+        client = self.client(options)
+        if options["watch"] is None:
+            self.show(client, options)
+            return
+        try:
+            self.watch(client, options)
+        except KeyboardInterrupt:
+            # Ctrl-C is how --watch is meant to end: no traceback, exit 0.
+            self.stdout.write("")
+
+    def watch(self, client: LockClient, options: dict[str, Any]) -> None:
+        interval, limit = options["watch"], options["iterations"]
+        refresh = 0
+        while limit is None or refresh < limit:
+            refresh += 1
+            if refresh > 1:
+                sleep(interval)
+            if options["format"] == "table":
+                # Machine formats get one clean document per refresh; people get a heading.
+                if self.stdout.isatty():
+                    self.stdout.write(CLEAR_SCREEN, ending="")
+                stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                self.stdout.write(f"Every {interval:g}s: showlocks --alias {options['alias']}   {stamp}",
+                                  style_func=self.style.MIGRATE_HEADING)
+            self.show(client, options)
+
+    def show(self, client: LockClient, options: dict[str, Any]) -> None:
+        now = dt.datetime.now(dt.timezone.utc)
+        show_all = options["show_all"]
+        counts = listing.Counts()
+        out = _Raw(self.stdout)
+        with translated_errors():
+            infos = listing.visible(
+                client.leases(options["prefix"], include_released=show_all, page_size=options["page_size"]),
+                now, show_all, counts,
+            )
+            if options["format"] == "json":
+                listing.write_json(infos, now, out)  # type: ignore[arg-type]
+            elif options["format"] == "csv":
+                listing.write_csv(infos, now, out)  # type: ignore[arg-type]
+            else:
+                listing.write_table(infos, now, out, show_state=show_all,  # type: ignore[arg-type]
+                                    header_style=self.style.SQL_FIELD)
+        if options["format"] == "table" and options["verbosity"] >= 1:
+            self.summarise(counts, options)
+
+    def summarise(self, counts: listing.Counts, options: dict[str, Any]) -> None:
+        prefix = f" with prefix {options['prefix']!r}" if options["prefix"] else ""
+        if counts.written == 0:
+            what = "leases" if options["show_all"] else "live leases"
+            self.stdout.write(f"No {what}{prefix}.")
+        if counts.hidden_expired:
+            self.stdout.write(
+                f"({counts.hidden_expired} expired lease{'s' if counts.hidden_expired != 1 else ''} not shown: "
+                f"the holder stopped renewing. A waiter takes over after watching for a full lease; "
+                f"--all shows them, breaklock frees them.)",
+                style_func=self.style.WARNING,
+            )

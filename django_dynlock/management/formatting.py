@@ -1,0 +1,107 @@
+"""How the commands show a lease to a person: relative times, holder, state.
+
+Times in the table are the holders' wall clocks compared with ours: good for a
+person reading them, never used to decide anything.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from typing import Any
+
+from ..engine.items import LeaseInfo
+
+# Holder metadata shown in the HOLDER column; everything else goes to METADATA.
+WHAT_KEYS = ("view", "function", "command")
+USER_KEY = "user"
+
+
+def duration(value: float) -> str:
+    """``42s``, ``3m 05s``, ``2h 10m``, ``4d 3h``: two units at most."""
+    total = int(round(abs(value)))
+    if total < 60:
+        return f"{total}s" if total >= 1 or value == 0 else f"{abs(value):.1f}s"
+    minutes, secs = divmod(total, 60)
+    if minutes < 60:
+        return f"{minutes}m {secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h {minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d {hours}h"
+
+
+def ago(when: dt.datetime | None, now: dt.datetime) -> str:
+    if when is None:
+        return "-"
+    delta = (now - when).total_seconds()
+    return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(delta)}"
+
+
+def state(info: LeaseInfo, now: dt.datetime) -> str:
+    """``held``, ``expired`` (an owner whose stored expiry passed), ``released`` or ``broken``."""
+    if info.is_held:
+        left = info.expires_in(now)
+        return "expired" if left is not None and left < 0 else "held"
+    return "broken" if info.was_broken else "released"
+
+
+def expires(info: LeaseInfo, now: dt.datetime) -> str:
+    if not info.is_held:
+        return "-"
+    left = info.expires_in(now)
+    if left is None:
+        return "-"
+    return f"in {duration(left)}" if left >= 0 else f"expired {duration(left)} ago"
+
+
+def holder_text(info: LeaseInfo) -> str:
+    """``shop.views.pay (user 42) on web-1:1234``: what, for whom, where."""
+    what = next((info.holder[k] for k in WHAT_KEYS if info.holder.get(k)), None)
+    user = info.holder.get(USER_KEY)
+    where = f"{info.host or '?'}:{info.pid or '?'}"
+    text = what or ""
+    if user:
+        text = f"{text} (user {user})" if text else f"user {user}"
+    return f"{text} on {where}" if text else where
+
+
+def metadata_text(info: LeaseInfo) -> str:
+    shown = {next((k for k in WHAT_KEYS if info.holder.get(k)), None), USER_KEY}
+    return " ".join(f"{k}={v}" for k, v in sorted(info.holder.items()) if k not in shown)
+
+
+def _iso(when: dt.datetime | None) -> str | None:
+    return when.isoformat() if when is not None else None
+
+
+def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
+    """Everything known about a lease, as JSON-ready values (shared by json and csv)."""
+    left = info.expires_in(now)
+    return {
+        "key": info.key,
+        "state": state(info, now),
+        "token": info.token,
+        "host": info.host,
+        "pid": info.pid,
+        "thread": info.thread,
+        "holder": dict(info.holder),
+        "owner": info.owner,
+        "acquired_at": _iso(info.acquired_at),
+        "expires_at": _iso(info.expires_at),
+        "expires_in": round(left, 3) if left is not None and info.is_held else None,
+        "lease_seconds": info.lease_seconds,
+        "released_at": _iso(info.released_at),
+        "released_by": info.released_by,
+        "break_reason": info.break_reason,
+    }
+
+
+def summary(info: LeaseInfo, now: dt.datetime) -> str:
+    """One line for breaklock and runlocked: token, holder, timing, metadata."""
+    parts = [f"token {info.token}", f"held by {holder_text(info)}", f"acquired {ago(info.acquired_at, now)}",
+             expires(info, now) if state(info, now) == "expired" else f"expires {expires(info, now)}"]
+    extra = metadata_text(info)
+    if extra:
+        parts.append(extra)
+    return ", ".join(parts)

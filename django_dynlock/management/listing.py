@@ -1,0 +1,97 @@
+"""Writers for ``showlocks``: table, JSON and CSV, each streaming one lease at a time.
+
+Memory stays constant however many leases there are: nothing keeps the leases it
+has written. The table takes its column widths from the first rows only, so a
+longer value further down pushes its line out instead of making us buffer all.
+"""
+
+from __future__ import annotations
+
+import csv
+import datetime as dt
+import itertools
+import json
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, TextIO
+
+from ..engine.items import LeaseInfo
+from . import formatting as fmt
+
+WIDTH_SAMPLE = 100  # rows that decide the table's column widths
+MAX_WIDTH = 48  # no column gets wider than this from the sample alone
+
+CSV_FIELDS = (
+    "key", "state", "token", "host", "pid", "thread", "holder", "owner", "acquired_at", "expires_at",
+    "expires_in", "lease_seconds", "released_at", "released_by", "break_reason",
+)
+
+
+@dataclass
+class Counts:
+    """For the summary line: leases written, and leases hidden because expired."""
+
+    written: int = 0
+    hidden_expired: int = 0
+
+
+def visible(infos: Iterable[LeaseInfo], now: dt.datetime, show_all: bool, counts: Counts) -> Iterator[LeaseInfo]:
+    """Without ``--all``, leases whose stored expiry passed (a holder that died) are hidden."""
+    for info in infos:
+        if not show_all and fmt.state(info, now) == "expired":
+            counts.hidden_expired += 1
+            continue
+        counts.written += 1
+        yield info
+
+
+def write_json(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> None:
+    """One JSON array, written element by element."""
+    empty = True
+    out.write("[")
+    for info in infos:
+        out.write(("\n  " if empty else ",\n  ") + json.dumps(fmt.record(info, now)))
+        empty = False
+    out.write("]\n" if empty else "\n]\n")
+
+
+def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> None:
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    writer.writeheader()
+    for info in infos:
+        row = fmt.record(info, now)
+        row["holder"] = json.dumps(row["holder"], sort_keys=True)
+        writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_FIELDS})
+
+
+def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
+    cells = [info.key]
+    if show_state:
+        cells.append(fmt.state(info, now))
+    cells += [
+        str(info.token) if info.token is not None else "-",
+        fmt.holder_text(info),
+        fmt.ago(info.acquired_at, now),
+        fmt.expires(info, now),
+        fmt.metadata_text(info),
+    ]
+    return cells
+
+
+def write_table(
+    infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO, *, show_state: bool,
+    header_style: Callable[[str], str] = str,
+) -> None:
+    header = ["KEY"] + (["STATE"] if show_state else []) + ["TOKEN", "HOLDER", "ACQUIRED", "EXPIRES", "METADATA"]
+    rows = (table_row(info, now, show_state) for info in infos)
+    sample = list(itertools.islice(rows, WIDTH_SAMPLE))
+    if not sample:
+        return
+    widths = [min(MAX_WIDTH, max(len(cells[i]) for cells in [header, *sample])) for i in range(len(header))]
+
+    def line(cells: list[str]) -> str:
+        # The last column is free text: not padded.
+        return "  ".join(cell.ljust(width) for cell, width in zip(cells[:-1], widths)) + "  " + cells[-1]
+
+    out.write(header_style(line(header).rstrip()) + "\n")
+    for cells in itertools.chain(sample, rows):
+        out.write(line(cells).rstrip() + "\n")

@@ -1,0 +1,185 @@
+"""Run a management command at most once at a time across hosts (cron singletons).
+
+``manage.py runlocked KEY -- COMMAND ...`` and the ``@singleton_command`` decorator
+share :func:`run_singleton`: take the lease (or report "busy"), run the body while
+the heartbeat renews it, then release it or, with ``at_least``, leave it held for
+the rest of that time so the other hosts' runs of the same schedule skip.
+
+Keeping the lease for the rest of ``at_least``: where the alias trusts wall clocks
+(``MAX_CLOCK_SKEW`` set) the lease is left to run out by its stored expiry and the
+process exits at once; otherwise the process keeps renewing it and releases it when
+``at_least`` is over, because without a clock bound only a waiter that watched the
+key for a whole lease could take it over, and a cron run that does not wait never
+would.
+
+A lease that ends while the body runs (outage, operator's breaklock) cannot stop
+the body: the body can check ``self.dynlock_lease.raise_if_lost()`` before its side
+effects. It is reported on stderr afterwards; the body's own outcome (return value,
+exception, exit code) is passed on unchanged.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import logging
+import time
+from typing import Any, Callable, TypeVar
+
+from django.core.management.base import BaseCommand, CommandError
+
+from .engine.lease import Lease
+from .exceptions import DynLockError, LockNotAcquired
+from .management import formatting as fmt
+from .management.base import lock_client, translated_errors, usage_error
+
+logger = logging.getLogger("django_dynlock.singleton")
+
+T = TypeVar("T")
+Handle = Callable[..., Any]
+
+
+def busy_message(busy: LockNotAcquired, *, trusts_clocks: bool) -> str:
+    message = f"Skipped: lock {busy.key!r} is busy"
+    holder = busy.holder
+    if holder is not None:
+        now = dt.datetime.now(dt.timezone.utc)
+        message += f" ({fmt.summary(holder, now)})"
+        left = holder.expires_in(now)
+        if left is not None and left < 0 and not trusts_clocks:
+            # Without MAX_CLOCK_SKEW a dead holder (or an ended --at-least) is only taken
+            # over by a waiter that watches it for a full lease: a --wait 0 run never does.
+            message += (". Its holder stopped renewing: set MAX_CLOCK_SKEW on the alias, wait longer than "
+                        "its lease (--wait), or free it with breaklock")
+    return message + "."
+
+
+def run_singleton(
+    body: Callable[[Lease], T],
+    *,
+    key: str,
+    holder: dict[str, str],
+    command: BaseCommand,
+    wait: float = 0.0,
+    lease: float | None = None,
+    at_least: float = 0.0,
+    busy_exit: int = 0,
+    using: str = "default",
+    verbosity: int = 1,
+) -> T | None:
+    """Run ``body(lease)`` under the lease on ``key``; ``None`` (or CommandError) when busy.
+
+    ``command`` is the management command whose stdout/stderr/style report what
+    happens. Busy: a message on stdout and ``None`` when ``busy_exit`` is 0,
+    otherwise ``CommandError(message, returncode=busy_exit)``.
+    """
+    if not 0 <= busy_exit <= 255:
+        usage_error(f"busy exit code must be 0-255, got {busy_exit}")
+    client = lock_client(using)
+    with translated_errors():
+        try:
+            held = client.acquire(key, wait=wait, lease=lease, holder=holder)
+        except LockNotAcquired as busy:
+            message = busy_message(busy, trusts_clocks=client.options.max_clock_skew is not None)
+            if busy_exit:
+                raise CommandError(message, returncode=busy_exit) from None
+            if verbosity >= 1:
+                command.stdout.write(message, style_func=command.style.WARNING)
+            return None
+    started = time.monotonic()
+    command.dynlock_lease = held  # type: ignore[attr-defined]
+    try:
+        result = body(held)
+    except KeyboardInterrupt:
+        # Interrupted by hand: free the key now rather than hold it for at_least.
+        _finish(held, command, 0.0, started)
+        raise
+    except BaseException:
+        _finish(held, command, at_least, started)
+        raise
+    _finish(held, command, at_least, started)
+    return result
+
+
+def _finish(held: Lease, command: BaseCommand, at_least: float, started: float) -> None:
+    """Release, or keep the lease for what remains of ``at_least``. Never raises."""
+    keep = at_least - (time.monotonic() - started)
+    try:
+        if keep > 0 and held.client.options.max_clock_skew is not None:
+            try:
+                held.keep_for(keep)
+                return
+            except DynLockError as exc:
+                if not held.is_held:
+                    raise
+                # Could not shorten the lease: release instead (it is retried and logged).
+                logger.warning("could not keep %r for %.1fs, releasing it: %s", held, keep, exc)
+        elif keep > 0:
+            _hold_until(held, time.monotonic() + keep)
+        held.release()
+    except DynLockError as exc:
+        # The body is done; its outcome is what the caller must see. Say that the
+        # lock ended early: the body may have overlapped another holder.
+        logger.warning("singleton lease ended before the run finished: %s", exc)
+        command.stderr.write(f"Warning: the lock ended before the run finished: {exc}",
+                             style_func=command.style.WARNING)
+
+
+def _hold_until(held: Lease, until: float) -> None:
+    """Sleep while the heartbeat renews the lease (Ctrl-C ends the wait early)."""
+    try:
+        while held.is_held and (left := until - time.monotonic()) > 0:
+            time.sleep(min(left, 0.5))
+    except KeyboardInterrupt:
+        pass
+
+
+def default_key(command: BaseCommand) -> str:
+    """``command:<name>``, the command's name being its module's, as Django resolves it."""
+    return f"command:{type(command).__module__.rsplit('.', 1)[-1]}"
+
+
+def singleton_command(
+    key: str | Handle | None = None,
+    *,
+    wait: float = 0.0,
+    lease: float | None = None,
+    at_least: float = 0.0,
+    busy_exit: int = 0,
+    using: str = "default",
+) -> Any:
+    """Decorate ``BaseCommand.handle`` so that one host at a time runs the command.
+
+    ::
+
+        class Command(BaseCommand):
+            @singleton_command(at_least=50)
+            def handle(self, *args, **options):
+                ...
+
+    ``key`` defaults to ``"command:<command name>"``. The lease is ``self.dynlock_lease``
+    while ``handle`` runs. Busy: a message and exit 0, or ``busy_exit``.
+    """
+
+    def decorate(handle: Handle) -> Handle:
+        @functools.wraps(handle)
+        def wrapper(self: BaseCommand, *args: Any, **options: Any) -> Any:
+            name = default_key(self)
+            return run_singleton(
+                lambda _lease: handle(self, *args, **options),
+                key=key if isinstance(key, str) else name,
+                holder={"command": name.split(":", 1)[1]},
+                command=self,
+                wait=wait,
+                lease=lease,
+                at_least=at_least,
+                busy_exit=busy_exit,
+                using=using,
+                verbosity=options.get("verbosity", 1),
+            )
+
+        return wrapper
+
+    if callable(key):  # used bare: @singleton_command
+        return decorate(key)
+    return decorate

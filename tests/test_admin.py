@@ -1,0 +1,664 @@
+"""The "Leases" admin page, through Django's test client against real DynamoDB servers.
+
+Every permission case, the break flow (confirmation, stale token, LogEntry, signal),
+CSRF, escaping, DynamoDB failures, one Scan per page, cursors and aliases.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+import time
+import uuid
+from urllib.parse import urlsplit
+
+import pytest
+from django.contrib.admin.models import LogEntry
+from django.contrib.admin.utils import quote
+from django.contrib.auth.models import Permission
+from django.test import Client
+from django.urls import reverse
+from django.utils.timezone import localtime
+
+from django_dynlock import get_lock_client
+from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
+from django_dynlock.engine import items as it
+from django_dynlock.models import Lease
+from django_dynlock.signals import lock_broken
+from tests.conftest import alias_settings, table_name
+from tests.helpers import count_calls
+from tests.servers import dummy_client
+
+pytestmark = pytest.mark.django_db
+
+CHANGELIST = "admin:django_dynlock_lease_changelist"
+PASSWORD = "pw-for-tests"
+
+
+# -- fixtures and helpers ------------------------------------------------------------------
+@pytest.fixture
+def table(moto_server, settings):
+    """A fresh lock table on the moto server (the default alias); yields its LockClient."""
+    name = table_name()
+    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
+    client = get_lock_client()
+    client.create_table(wait=True)
+    yield client
+    client.close()
+    drop_table(moto_server.endpoint_url, name)
+
+
+def drop_table(endpoint_url: str, name: str) -> None:
+    boto = dummy_client(endpoint_url)
+    try:
+        boto.delete_table(TableName=name)
+    except Exception:
+        pass
+    finally:
+        boto.close()
+
+
+def make_user(django_user_model, *perms: str, staff: bool = True):
+    user = django_user_model.objects.create_user(f"u-{uuid.uuid4().hex[:8]}", password=PASSWORD, is_staff=staff)
+    for codename in perms:
+        user.user_permissions.add(Permission.objects.get(content_type__app_label="django_dynlock", codename=codename))
+    return user
+
+
+def client_for(user, **kwargs) -> Client:
+    browser = Client(**kwargs)
+    browser.force_login(user)
+    return browser
+
+
+@pytest.fixture
+def viewer(django_user_model):
+    return client_for(make_user(django_user_model, "view_lease"))
+
+
+@pytest.fixture
+def operator_user(django_user_model):
+    return make_user(django_user_model, "view_lease", "break_lease")
+
+
+@pytest.fixture
+def operator(operator_user):
+    return client_for(operator_user)
+
+
+@pytest.fixture
+def broken_signals():
+    received = []
+
+    def receiver(sender, **kwargs):
+        received.append(kwargs)
+
+    lock_broken.connect(receiver, dispatch_uid="test-admin-broken")
+    yield received
+    lock_broken.disconnect(dispatch_uid="test-admin-broken")
+
+
+def changelist_url(**query) -> str:
+    url = reverse(CHANGELIST)
+    return url + ("?" + "&".join(f"{k}={v}" for k, v in query.items()) if query else "")
+
+
+def detail_url(key: str) -> str:
+    return reverse("admin:django_dynlock_lease_change", args=(quote(key),))
+
+
+def break_url(key: str) -> str:
+    return reverse("admin:django_dynlock_lease_break", args=(quote(key),))
+
+
+def keys_on(response) -> list[str]:
+    return [html.unescape(k) for k in re.findall(r'<tr class="dynlock-row" data-key="([^"]*)"', response.content.decode())]
+
+
+def next_link(response) -> str | None:
+    found = re.search(r'<a href="([^"]*)" class="dynlock-next">', response.content.decode())
+    return html.unescape(found.group(1)) if found else None
+
+
+def put_leases(client, keys, *, holder=None, expires_in=60.0, held=True) -> None:
+    """Write lock items directly (BatchWriteItem): many leases without heartbeat threads."""
+    now = time.time()
+    requests = []
+    for n, key in enumerate(keys):
+        item = {
+            client.options.key_attribute: {"S": client.options.key_prefix + key},
+            it.FENCE: {"N": str(1000 + n)},
+            it.RVN: {"S": uuid.uuid4().hex},
+            it.LEASE_MS: {"N": "60000"},
+            it.EXPIRES_AT: {"N": repr(now + expires_in)},
+            it.ACQUIRED_AT: {"N": repr(now - 5)},
+            it.HOST: {"S": "worker-7"},
+            it.PID: {"N": "4242"},
+            it.THREAD: {"S": "MainThread"},
+            it.HOLDER: it.holder_map(holder or {"function": "tasks.export"}),
+            client.options.ttl_attribute: {"N": str(int(now) + 3600)},
+        }
+        if held:
+            item[it.OWNER] = {"S": f"worker-7:4242:{uuid.uuid4().hex[:8]}"}
+        else:
+            item[it.RELEASED_AT] = {"N": repr(now - 1)}
+            item[it.RELEASED_BY] = {"S": "someone"}
+        requests.append({"PutRequest": {"Item": item}})
+    for start in range(0, len(requests), 25):
+        batch = {client.options.table_name: requests[start:start + 25]}
+        for _ in range(10):  # unprocessed items are retried, a bounded number of times
+            reply = client.boto.batch_write_item(RequestItems=batch)
+            batch = reply.get("UnprocessedItems") or {}
+            if not batch:
+                break
+        assert not batch, "the server kept items unprocessed"
+
+
+def content(response) -> str:
+    return response.content.decode()
+
+
+# -- the placeholder model -------------------------------------------------------------------
+def test_lease_model_is_an_unmanaged_placeholder():
+    opts = Lease._meta
+    assert opts.managed is False
+    assert opts.default_permissions == ()
+    assert {codename for codename, _ in opts.permissions} == {"view_lease", "break_lease"}
+    assert opts.pk.name == "key"
+    assert set(Permission.objects.filter(content_type__app_label="django_dynlock").values_list("codename", flat=True)) == {
+        "view_lease", "break_lease"}
+
+
+def test_url_names_for_tools():
+    assert reverse("admin:django_dynlock_lease_break", args=(quote("a/b c"),)) == "/admin/django_dynlock/lease/a_2Fb%20c/break/"
+    assert reverse("admin:django_dynlock_lease_change", args=(quote("x"),)) == "/admin/django_dynlock/lease/x/"
+    assert reverse(CHANGELIST) == "/admin/django_dynlock/lease/"
+
+
+def test_cursor_round_trip():
+    for stored in ["a", "job:42/é", "<script>", "x" * 2048]:
+        cursor = encode_cursor({"key": {"S": stored}}, "key")
+        assert re.fullmatch(r"[A-Za-z0-9_-]+", cursor)
+        assert decode_cursor(cursor, "key") == {"key": {"S": stored}}
+    assert encode_cursor(None, "key") is None
+    assert decode_cursor("", "key") is None
+    for bad in ["!!!", "a", "_w"]:
+        with pytest.raises(ValueError):
+            decode_cursor(bad, "key")
+
+
+# -- permissions -------------------------------------------------------------------------------
+def all_urls(key: str = "job:1") -> list[str]:
+    return [changelist_url(), detail_url(key), break_url(key)]
+
+
+def test_anonymous_users_go_to_the_login_page(table):
+    table.acquire("job:1", lease=30)
+    anonymous = Client()
+    for url in all_urls():
+        response = anonymous.get(url)
+        assert response.status_code == 302
+        login = urlsplit(response["Location"])
+        assert login.path == reverse("admin:login")
+        assert "next=" in login.query
+    response = anonymous.post(break_url("job:1"), {"token": "1", "reason": "x"})
+    assert response.status_code == 302 and urlsplit(response["Location"]).path == reverse("admin:login")
+    assert table.get("job:1") is not None
+
+
+def test_non_staff_users_with_the_permissions_go_to_the_login_page(table, django_user_model):
+    user = make_user(django_user_model, "view_lease", "break_lease", staff=False)
+    browser = client_for(user)
+    for url in all_urls():
+        assert browser.get(url).status_code == 302
+
+
+def test_staff_without_view_lease_get_403_everywhere(table, django_user_model):
+    lease = table.acquire("job:1", lease=30)
+    for perms in [(), ("break_lease",)]:
+        browser = client_for(make_user(django_user_model, *perms))
+        for url in all_urls():
+            assert browser.get(url).status_code == 403, (perms, url)
+        assert browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "x"}).status_code == 403
+        response = browser.post(changelist_url(), {"action": "break_leases", "_selected_action": ["job:1"]})
+        assert response.status_code == 403
+        response = browser.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
+                                                   "token": str(lease.token), "reason": "x"})
+        assert response.status_code == 403
+    assert lease.is_held and table.get("job:1").token == lease.token
+
+
+def test_the_index_lists_leases_only_for_users_who_may_view_them(table, django_user_model, viewer):
+    index = reverse("admin:index")
+    assert changelist_url() in content(viewer.get(index))
+    nobody = client_for(make_user(django_user_model))
+    assert changelist_url() not in content(nobody.get(index))
+    assert nobody.get(reverse("admin:app_list", args=("django_dynlock",))).status_code == 404
+
+
+def test_view_only_users_see_leases_but_cannot_break(table, viewer):
+    lease = table.acquire("job:1", lease=30, holder={"view": "shop.views.pay", "user": "42"})
+    page = viewer.get(changelist_url())
+    assert page.status_code == 200
+    assert keys_on(page) == ["job:1"]
+    assert "_selected_action" not in content(page) and "break_leases" not in content(page)
+    detail = viewer.get(detail_url("job:1"))
+    assert detail.status_code == 200 and "dynlock-break" not in content(detail)
+    assert viewer.get(break_url("job:1")).status_code == 403
+    assert viewer.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck"}).status_code == 403
+    response = viewer.post(changelist_url(), {"action": "break_leases", "_selected_action": ["job:1"]})
+    assert response.status_code == 403
+    response = viewer.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
+                                              "token": str(lease.token), "reason": "x"})
+    assert response.status_code == 403
+    assert lease.is_held and table.get("job:1").token == lease.token
+    assert not LogEntry.objects.exists()
+
+
+def test_superusers_may_do_everything(table, django_user_model):
+    admin_user = django_user_model.objects.create_superuser("root", "root@localhost", PASSWORD)
+    lease = table.acquire("job:1", lease=30)
+    browser = client_for(admin_user)
+    assert browser.get(changelist_url()).status_code == 200
+    response = browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck"})
+    assert response.status_code == 302
+    assert table.get("job:1") is None
+
+
+# -- the list ----------------------------------------------------------------------------------
+def test_the_list_shows_holder_token_times_and_state(table, viewer):
+    lease = table.acquire("invoice:42", lease=30,
+                          holder={"view": "shop.views.pay", "user": "42", "path": "/pay/42/"})
+    page = viewer.get(changelist_url())
+    text = content(page)
+    assert keys_on(page) == ["invoice:42"]
+    assert "shop.views.pay" in text and "user 42" in text
+    assert f">{lease.token}<" in text
+    info = table.get("invoice:42")
+    assert f"{info.host}:{info.pid}" in text
+    assert "ago" in text  # relative acquired time
+    assert localtime(info.acquired_at).strftime("%Y-%m-%d %H:%M") in text  # absolute acquired time
+    assert re.search(r'<progress class="dynlock-left" max="100" value="(\d+)"', text)
+    assert "dynlock-state-held" in text
+    assert f'href="{detail_url("invoice:42")}"' in text
+
+
+def test_released_and_expired_items_only_with_the_filter(table, viewer):
+    table.acquire("live", lease=30)
+    released = table.acquire("done", lease=30)
+    released.release()
+    put_leases(table, ["crashed"], expires_in=-120)
+    assert keys_on(viewer.get(changelist_url())) == ["live"]
+    assert "1 expired hidden" in content(viewer.get(changelist_url()))
+    page = viewer.get(changelist_url(all="1"))
+    assert keys_on(page) == ["crashed", "done", "live"]
+    text = content(page)
+    assert "dynlock-state-released" in text and "dynlock-state-expired" in text
+
+
+def test_search_by_key_prefix(table, viewer):
+    put_leases(table, ["order:1", "order:2", "invoice:1"])
+    assert keys_on(viewer.get(changelist_url(q="order:"))) == ["order:1", "order:2"]
+    assert keys_on(viewer.get(changelist_url(q="nothing"))) == []
+
+
+def test_key_prefix_of_the_alias_is_hidden_and_respected(moto_server, settings, viewer):
+    name = table_name()
+    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name, KEY_PREFIX="shop1/")}
+    client = get_lock_client()
+    client.create_table(wait=True)
+    try:
+        put_leases(client, ["order:1"])
+        client.boto.put_item(TableName=name, Item={"key": {"S": "shop2/order:9"}, it.OWNER: {"S": "x"}})
+        page = viewer.get(changelist_url())
+        assert keys_on(page) == ["order:1"]
+        detail = viewer.get(detail_url("order:1"))
+        assert "shop1/order:1" in content(detail)  # the stored key, on the detail page
+    finally:
+        client.close()
+        drop_table(moto_server.endpoint_url, name)
+
+
+def test_one_dynamodb_call_per_page_and_cursor_pagination(dynlock, viewer):
+    keys = [f"job:{n:03d}" for n in range(250)]
+    put_leases(dynlock, keys)
+    seen: list[str] = []
+    url: str | None = changelist_url()
+    pages = 0
+    for _ in range(10):  # 250 leases, 100 a page: 3 pages (4 if the last one ends exactly at the limit)
+        with count_calls(get_lock_client()) as calls:
+            response = viewer.get(url)
+        assert response.status_code == 200
+        assert dict(calls) == {"Scan": 1}, "one DynamoDB call per page, never one per row"
+        on_page = keys_on(response)
+        assert len(on_page) <= LeaseAdmin.list_per_page
+        seen += on_page
+        pages += 1
+        url = next_link(response)
+        if url is None:
+            break
+        assert "cursor=" in url and "First page" in content(viewer.get(url))
+    assert url is None
+    assert sorted(seen) == keys and len(seen) == len(set(seen))
+    assert 3 <= pages <= 4
+
+
+def test_an_invalid_cursor_shows_the_first_page(table, viewer):
+    put_leases(table, ["a"])
+    response = viewer.get(changelist_url(cursor="%21%21%21"))
+    assert response.status_code == 200
+    assert keys_on(response) == ["a"]
+    assert "not valid any more" in content(response)
+
+
+def test_the_detail_page_shows_every_attribute(table, viewer):
+    lease = table.acquire("report:7", lease=30, holder={"command": "nightly", "user": "7", "shard": "eu-1"})
+    text = content(viewer.get(detail_url("report:7")))
+    info = table.get("report:7")
+    for value in [info.key, str(info.token), info.owner, info.rvn, info.host, str(info.pid), info.thread,
+                  "nightly", "eu-1", "shard", "gc_at"]:
+        assert html.escape(value) in text, value
+    lease.release()
+    text = content(viewer.get(detail_url("report:7")))
+    assert "dynlock-state-released" in text and html.escape(lease.owner) in text  # released_by
+    missing = viewer.get(detail_url("never-locked"))
+    assert missing.status_code == 200 and "has no item" in content(missing)
+
+
+# -- breaking -------------------------------------------------------------------------------------
+def test_get_on_the_confirmation_page_breaks_nothing(table, operator):
+    lease = table.acquire("job:1", lease=30)
+    response = operator.get(break_url("job:1"))
+    assert response.status_code == 200
+    text = content(response)
+    assert f'<input type="hidden" name="token" value="{lease.token}">' in text
+    assert 'name="reason"' in text and f"Yes, break token {lease.token}" in text
+    # A GET with the form's fields in the query string is still a GET.
+    operator.get(break_url("job:1"), {"token": str(lease.token), "reason": "x"})
+    operator.get(changelist_url(action="break_leases", _selected_action="job:1", post="yes", key="job:1",
+                                token=str(lease.token), reason="x"))
+    assert lease.is_held and table.get("job:1").token == lease.token
+    assert not LogEntry.objects.exists()
+
+
+def test_the_detail_page_links_to_the_confirmation_page(table, operator):
+    table.acquire("job:1", lease=30)
+    text = content(operator.get(detail_url("job:1")))
+    assert f'href="{break_url("job:1")}"' in text
+
+
+def test_break_with_the_right_token(table, operator, operator_user, broken_signals):
+    lease = table.acquire("job:1", lease=30, holder={"function": "tasks.export"})
+    response = operator.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck since noon"})
+    assert response.status_code == 302 and response["Location"] == changelist_url()
+    assert table.get("job:1") is None
+    assert not lease.is_held and lease.lost_reason == "broken"
+    entry = LogEntry.objects.get()
+    assert entry.user == operator_user
+    assert entry.object_id == "job:1" and entry.object_repr == "job:1"
+    assert entry.content_type.model_class() is Lease
+    assert "job:1" in entry.change_message and str(lease.token) in entry.change_message
+    assert "stuck since noon" in entry.change_message
+    assert entry.get_admin_url() == detail_url("job:1")
+    [signal] = broken_signals
+    assert signal["key"] == "job:1" and signal["token"] == lease.token and signal["reason"] == "stuck since noon"
+    assert signal["by"] == f"admin:{operator_user.get_username()}" and signal["alias"] == "default"
+    page = operator.get(response["Location"])
+    assert "Broke the lease on" in content(page) and keys_on(page) == []
+    # The item records who broke it and why.
+    text = content(operator.get(detail_url("job:1")))
+    assert "dynlock-state-broken" in text and "stuck since noon" in text and f"admin:{operator_user.get_username()}" in text
+    # Recent actions on the admin index.
+    index = content(operator.get(reverse("admin:index")))
+    assert "Recent actions" in index and f'href="{detail_url("job:1")}"' in index
+
+
+def test_break_with_a_stale_token_breaks_nothing(table, operator, broken_signals):
+    first = table.acquire("job:1", lease=30)
+    stale = first.token
+    first.release()
+    second = table.acquire("job:1", lease=30)
+    response = operator.post(break_url("job:1"), {"token": str(stale), "reason": "stuck"})
+    assert response.status_code == 409
+    text = content(response)
+    assert "Not broken" in text and f"now has token {second.token}" in text
+    assert f'<input type="hidden" name="token" value="{second.token}">' in text  # to confirm again, knowingly
+    assert second.is_held and table.get("job:1").token == second.token
+    assert not LogEntry.objects.exists() and not broken_signals
+    # Once nobody holds it, the page says so.
+    second.release()
+    response = operator.post(break_url("job:1"), {"token": str(second.token), "reason": "stuck"})
+    assert response.status_code == 409 and "is not held any more" in content(response)
+    assert "Nothing to break" in content(operator.get(break_url("job:1")))
+
+
+@pytest.mark.parametrize("data", [
+    {"reason": "stuck"},
+    {"token": "", "reason": "stuck"},
+    {"token": "abc", "reason": "stuck"},
+    {"token": "TOKEN", "reason": ""},
+    {"token": "TOKEN", "reason": "   "},
+    {"token": "TOKEN", "reason": "x" * 501},
+])
+def test_break_needs_a_token_and_a_reason(table, operator, data):
+    lease = table.acquire("job:1", lease=30)
+    data = {k: v.replace("TOKEN", str(lease.token)) for k, v in data.items()}
+    response = operator.post(break_url("job:1"), data)
+    assert response.status_code == 400
+    assert "dynlock-form-errors" in content(response)
+    assert lease.is_held and not LogEntry.objects.exists()
+
+
+def test_csrf_is_enforced(table, operator_user):
+    lease = table.acquire("job:1", lease=30)
+    browser = client_for(operator_user, enforce_csrf_checks=True)
+    response = browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck"})
+    assert response.status_code == 403
+    response = browser.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
+                                               "token": str(lease.token), "reason": "stuck"})
+    assert response.status_code == 403
+    assert lease.is_held
+    page = content(browser.get(break_url("job:1")))
+    csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
+    response = browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck",
+                                                 "csrfmiddlewaretoken": csrf})
+    assert response.status_code == 302 and not lease.is_held
+
+
+def test_break_selected_leases_from_the_list(table, operator, broken_signals):
+    a = table.acquire("batch:a", lease=30)
+    b = table.acquire("batch:b", lease=30)
+    c = table.acquire("batch:c", lease=30)
+    page = content(operator.get(changelist_url()))
+    assert 'name="_selected_action" value="batch:a"' in page and 'value="break_leases"' in page
+    confirm = operator.post(changelist_url(), {"action": "break_leases", "_selected_action": ["batch:a", "batch:b", "gone"]})
+    assert confirm.status_code == 200
+    text = content(confirm)
+    assert f'name="key" value="batch:a"><input type="hidden" name="token" value="{a.token}">' in text
+    assert f'name="key" value="batch:b"><input type="hidden" name="token" value="{b.token}">' in text
+    assert "Not held any more: skipped" in text
+    assert a.is_held and b.is_held  # showing the confirmation breaks nothing
+    # b changes hands between the confirmation page and the POST.
+    b_token = b.token
+    b.release()
+    b2 = table.acquire("batch:b", lease=30)
+    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": ["batch:a", "batch:b"],
+                                                "token": [str(a.token), str(b_token)], "reason": "deploy stuck"})
+    assert response.status_code == 302
+    assert not a.is_held and b2.is_held and c.is_held
+    assert list(LogEntry.objects.values_list("object_id", flat=True)) == ["batch:a"]
+    assert [s["key"] for s in broken_signals] == ["batch:a"]
+    text = content(operator.get(response["Location"]))
+    assert "Broke 1 lease" in text and "Not broken: the lease on &#x27;batch:b&#x27;" in text
+
+
+def test_the_action_needs_a_selection_and_a_reason(table, operator):
+    lease = table.acquire("job:1", lease=30)
+    response = operator.post(changelist_url(), {"action": "break_leases"})
+    assert response.status_code == 302
+    assert "Select the leases" in content(operator.get(response["Location"]))
+    response = operator.post(changelist_url(), {"action": "", "_selected_action": ["job:1"]})
+    assert response.status_code == 302
+    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
+                                                "token": str(lease.token), "reason": ""})
+    assert response.status_code == 400
+    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": ["job:1", "job:2"],
+                                                "token": str(lease.token), "reason": "x"})
+    assert response.status_code == 400
+    assert lease.is_held and not LogEntry.objects.exists()
+
+
+# -- escaping and secrets ------------------------------------------------------------------------------
+SCRIPT = "<script>alert('x')</script>"
+
+
+def test_keys_and_holder_data_are_escaped(table, operator):
+    key = f'{SCRIPT}"\'&<b>'
+    holder = {"view": SCRIPT, "user": "<img src=x onerror=alert(1)>", "note": SCRIPT}
+    lease = table.acquire(key, lease=30, holder=holder)
+    pages = [
+        operator.get(changelist_url()),
+        operator.get(changelist_url(all="1")),
+        operator.get(detail_url(key)),
+        operator.get(break_url(key)),
+        operator.post(changelist_url(), {"action": "break_leases", "_selected_action": [key]}),
+        operator.post(break_url(key), {"token": str(lease.token + 1), "reason": SCRIPT}),
+    ]
+    for response in pages:
+        text = content(response)
+        assert response.status_code in (200, 409)
+        assert "<script>" not in text and "<img src=x" not in text
+        assert "&lt;script&gt;" in text
+    assert keys_on(pages[0]) == [key]
+    # The break goes through with the escaped key round-tripping through the form.
+    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": key,
+                                                "token": str(lease.token), "reason": SCRIPT})
+    assert response.status_code == 302 and not lease.is_held
+    assert LogEntry.objects.get().object_id == key
+    index = content(operator.get(reverse("admin:index")))
+    assert "<script>" not in index
+
+
+def test_no_secret_on_any_page(moto_server, settings, operator):
+    secret = "s3cr3t-" + uuid.uuid4().hex
+    endpoint = moto_server.endpoint_url.replace("http://", f"http://admin-user:{secret}@")
+    existing, missing = table_name(), "missing-" + table_name()
+    for name in (existing, missing):
+        settings.DYNLOCK = {"default": alias_settings(endpoint, name, SESSION_OPTIONS={
+            "aws_access_key_id": "AKIDSECRET" + secret[-6:], "aws_secret_access_key": secret})}
+        client = get_lock_client()
+        lease = None
+        if name == existing:
+            client.create_table(wait=True)
+            lease = client.acquire("job:1", lease=30)
+        try:
+            for url in all_urls():
+                text = content(operator.get(url))
+                assert secret not in text and secret[-6:] not in text and "admin-user" not in text
+                assert "127.0.0.1" in text  # the endpoint is shown, without its user:password
+            text = content(operator.post(break_url("job:1"), {"token": "1", "reason": "x"}))
+            assert secret not in text and "admin-user" not in text
+        finally:
+            if lease is not None:
+                lease.release()
+            client.close()
+    drop_table(moto_server.endpoint_url, existing)
+
+
+# -- DynamoDB not there ---------------------------------------------------------------------------------
+def test_a_missing_table_is_an_error_message_not_a_500(moto_server, settings, operator):
+    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, "no-such-" + table_name())}
+    for url in all_urls():
+        response = operator.get(url)
+        assert response.status_code == 200, url
+        text = content(response)
+        assert "does not exist" in text and "createlocktable" in text and "errornote" in text
+    response = operator.post(break_url("job:1"), {"token": "1", "reason": "x"})
+    assert response.status_code == 503 and "createlocktable" in content(response)
+    response = operator.post(changelist_url(), {"action": "break_leases", "_selected_action": ["job:1"]})
+    assert response.status_code == 200 and "createlocktable" in content(response)
+    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
+                                                "token": "1", "reason": "x"})
+    assert response.status_code == 302 and "createlocktable" in content(operator.get(response["Location"]))
+
+
+def test_an_unreachable_endpoint_is_an_error_message_not_a_500(settings, operator):
+    settings.DYNLOCK = {"default": alias_settings("http://127.0.0.1:9", "t-" + table_name(), CLIENT_CONFIG={
+        "connect_timeout": 0.5, "read_timeout": 0.5, "retries": {"total_max_attempts": 1}})}
+    for url in all_urls():
+        response = operator.get(url)
+        assert response.status_code == 200
+        text = content(response)
+        assert "Could not connect to DynamoDB at http://127.0.0.1:9" in text
+        assert "check --deploy --tag dynlock_table" in text
+
+
+def test_access_denied_is_an_error_message(table, operator, monkeypatch):
+    from botocore.exceptions import ClientError
+
+    def denied(**kwargs):
+        raise ClientError({"Error": {"Code": "AccessDeniedException", "Message": "no"}}, "Scan")
+
+    monkeypatch.setattr(table.boto, "scan", denied)
+    response = operator.get(changelist_url())
+    assert response.status_code == 200
+    assert "Access denied to table" in content(response) and "Grant the IAM principal" in content(response)
+
+
+def test_a_broken_setting_is_an_error_message_without_its_value(settings, operator):
+    settings.DYNLOCK = {"default": {"SESSION_OPTIONS": "s3cr3t-string", "REGION_NAME": "us-east-1"}}
+    response = operator.get(changelist_url())
+    assert response.status_code == 200
+    text = content(response)
+    assert "has errors" in text and "manage.py check" in text and "s3cr3t" not in text
+
+
+# -- aliases ------------------------------------------------------------------------------------------
+@pytest.fixture
+def two_aliases(moto_server, settings):
+    names = {"default": table_name(), "jobs": table_name()}
+    settings.DYNLOCK = {alias: alias_settings(moto_server.endpoint_url, name) for alias, name in names.items()}
+    clients = {alias: get_lock_client(alias) for alias in names}
+    for client in clients.values():
+        client.create_table(wait=True)
+    yield clients
+    for alias, client in clients.items():
+        client.close()
+        drop_table(moto_server.endpoint_url, names[alias])
+
+
+def test_alias_selector(two_aliases, operator, broken_signals):
+    two_aliases["default"].acquire("web:1", lease=30)
+    job = two_aliases["jobs"].acquire("job:1", lease=30)
+    page = operator.get(changelist_url())
+    text = content(page)
+    assert '<select id="dynlock-alias" name="alias">' in text
+    assert '<option value="jobs">jobs</option>' in text and '<option value="default" selected>' in text
+    assert keys_on(page) == ["web:1"]
+    page = operator.get(changelist_url(alias="jobs"))
+    assert keys_on(page) == ["job:1"]
+    assert f'href="{detail_url("job:1")}?alias=jobs"' in content(page)
+    assert 'name="alias" value="jobs"' in content(page)
+    assert "job:1" in content(operator.get(detail_url("job:1") + "?alias=jobs"))
+    assert "has no item" in content(operator.get(detail_url("job:1")))  # not in the default alias' table
+    confirm = content(operator.get(break_url("job:1") + "?alias=jobs"))
+    assert 'name="alias" value="jobs"' in confirm
+    response = operator.post(break_url("job:1"), {"alias": "jobs", "token": str(job.token), "reason": "x"})
+    assert response.status_code == 302 and response["Location"] == changelist_url(alias="jobs")
+    assert not job.is_held
+    assert broken_signals[0]["alias"] == "jobs"
+    assert "alias jobs" in LogEntry.objects.get().change_message
+
+
+def test_an_unknown_alias_is_an_error_message(two_aliases, operator):
+    response = operator.get(changelist_url(alias="nope"))
+    assert response.status_code == 200 and "DYNLOCK has no alias &#x27;nope&#x27;" in content(response)
+    response = operator.post(break_url("x"), {"alias": "nope", "token": "1", "reason": "x"})
+    assert response.status_code == 400 and "no alias" in content(response)
+    response = operator.post(changelist_url(), {"alias": "nope", "action": "break_leases", "_selected_action": ["x"]})
+    assert response.status_code == 302 and "no alias" in content(operator.get(response["Location"]))
+
+
+def test_one_alias_shows_no_selector(table, viewer):
+    assert 'name="alias" id' not in content(viewer.get(changelist_url()))
+    assert "dynlock-alias-form" not in content(viewer.get(changelist_url()))

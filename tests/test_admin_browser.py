@@ -1,0 +1,195 @@
+"""End to end in a real browser: Debian's chromium, headless, driven by Playwright.
+
+The test project runs as a real server (``tests.admin_browser_server``) against a moto
+server; another process holds the lease ``victim``. A staff user with exactly
+``view_lease`` and ``break_lease`` logs in, sees the lease, breaks it through the
+confirmation page, sees it gone and the break in "Recent actions"; the holder process
+finds out that it lost the lease. A second lease is broken through the list's action.
+
+Needs ``/usr/bin/chromium`` (``make test`` installs it) and the ``playwright`` package
+(the ``dev`` extras); without them the test is skipped, except under ``CI=true`` where it
+fails. ``DYNLOCK_SCREENSHOTS=1`` also saves the pages shown in docs/admin.md to docs/img/.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.admin_browser_server import PASSWORD, USERNAME, start_admin_server
+from tests.conftest import table_name
+from tests.servers import REPO_ROOT, dummy_client, server_env
+from tests.workers import client_for
+
+pytestmark = [pytest.mark.slow, pytest.mark.browser]
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+SCREENSHOTS = os.environ.get("DYNLOCK_SCREENSHOTS") == "1"
+IMG = REPO_ROOT / "docs" / "img"
+STEP_TIMEOUT_MS = 20_000
+
+
+def need_browser() -> None:
+    missing = []
+    if not os.access(CHROMIUM, os.X_OK):
+        missing.append(f"{CHROMIUM} (Debian's chromium: `make browser`)")
+    try:
+        import playwright.sync_api  # noqa: F401
+    except ImportError:
+        missing.append("the playwright package (`make venv`: the dev extras)")
+    if missing:
+        message = "browser test needs " + " and ".join(missing)
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " -- required under CI")
+        pytest.skip(message)
+
+
+def wait_for_line(path: Path, pattern: str, timeout: float) -> re.Match | None:
+    """The first line of ``path`` matching ``pattern`` within ``timeout`` seconds (polling)."""
+    deadline = time.monotonic() + timeout
+    for _ in range(int(timeout / 0.05) + 1):
+        if path.exists():
+            for line in path.read_text().splitlines():
+                found = re.match(pattern, line)
+                if found:
+                    return found
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(0.05)
+    return None
+
+
+@pytest.fixture
+def lock_table(moto_server):
+    name = "django_dynlock" if SCREENSHOTS else table_name()  # the default name, for the docs' pictures
+    client = client_for(moto_server.endpoint_url, name)
+    client.create_table(wait=True)
+    yield moto_server.endpoint_url, name, client
+    client.close()
+    boto = dummy_client(moto_server.endpoint_url)
+    try:
+        boto.delete_table(TableName=name)
+    finally:
+        boto.close()
+
+
+@pytest.fixture
+def admin_server(lock_table, tmp_path):
+    need_browser()
+    endpoint, table, _ = lock_table
+    server = start_admin_server(endpoint, table, str(tmp_path))
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def holder_process(lock_table, tmp_path):
+    """Another process holding ``victim`` (8 s lease, renewed every 2 s) for up to 120 s."""
+    endpoint, table, _ = lock_table
+    report = tmp_path / "holder.report"
+    process = subprocess.Popen([sys.executable, "-m", "tests.workers", endpoint, table, "8", str(report), "120"],
+                               cwd=str(REPO_ROOT), env=server_env(), stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        acquired = wait_for_line(report, r"ACQUIRED (\d+)$", timeout=30)
+        assert acquired, "the holder process did not acquire its lease"
+        yield int(acquired.group(1)), report
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def test_break_a_lease_held_by_another_process(admin_server, lock_table, holder_process):
+    from playwright.sync_api import expect, sync_playwright
+
+    token, report = holder_process
+    _, _, client = lock_table
+    # Leases of this process: one to break through the list's action, others for the screenshot.
+    batch = client.acquire("report:nightly", lease=30, holder={"command": "build_reports", "user": "7"})
+    others = [
+        client.acquire("invoice:42", lease=30, holder={"view": "shop.views.pay", "user": "42", "path": "/pay/42/"}),
+        client.acquire("event:1", lease=30, holder={"view": "booking.views.book", "user": "3"}),
+    ]
+    base = admin_server.url
+    changelist = f"{base}/admin/django_dynlock/lease/"
+
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
+                                             timeout=60_000)
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 760})
+            page.set_default_timeout(STEP_TIMEOUT_MS)
+
+            # Log in: the admin sends us to the login page first.
+            page.goto(f"{base}/admin/")
+            expect(page).to_have_url(re.compile(r"/admin/login/"))
+            page.fill("#id_username", USERNAME)
+            page.fill("#id_password", PASSWORD)
+            page.click("input[type=submit]")
+            expect(page).to_have_url(f"{base}/admin/")
+
+            # The index lists "Leases"; the list shows the other process' lease and its token.
+            page.locator("#content-main").get_by_role("link", name="Leases").click()
+            expect(page).to_have_url(changelist)
+            row = page.locator('tr[data-key="victim"]')
+            expect(row).to_be_visible()
+            expect(row.locator("td.field-token")).to_have_text(str(token))
+            expect(row.locator(".dynlock-state")).to_have_text("held")
+            expect(page.locator("tr.dynlock-row")).to_have_count(4)
+            if SCREENSHOTS:
+                IMG.mkdir(parents=True, exist_ok=True)
+                page.screenshot(path=str(IMG / "admin-leases.png"))
+
+            # Detail page -> "Break this lease" -> the confirmation page shows the token.
+            row.get_by_role("link", name="victim").click()
+            expect(page.locator("table.dynlock-detail")).to_contain_text(str(token))
+            page.click("a.dynlock-break")
+            expect(page).to_have_url(re.compile(r"/admin/django_dynlock/lease/victim/break/$"))
+            expect(page.locator("#dynlock-token")).to_have_text(str(token))
+            page.fill("#id_reason", "holder stuck (browser test)")
+            if SCREENSHOTS:
+                page.screenshot(path=str(IMG / "admin-break.png"))
+            page.click("input.dynlock-confirm")
+
+            # Back on the list: a success message, and the lease is gone.
+            expect(page).to_have_url(changelist)
+            expect(page.locator("ul.messagelist li.success")).to_contain_text(f"Broke the lease on 'victim' (token {token})")
+            expect(page.locator('tr[data-key="victim"]')).to_have_count(0)
+            expect(page.locator('tr[data-key="invoice:42"]')).to_have_count(1)
+
+            # The list's action, on one selected row.
+            page.check('tr[data-key="report:nightly"] input.action-select')
+            page.select_option("#dynlock-action", "break_leases")
+            page.get_by_role("button", name="Go").click()
+            expect(page.locator("tr.dynlock-row")).to_contain_text(str(batch.token))
+            page.fill("#id_reason", "nightly run hung (browser test)")
+            page.click("input.dynlock-confirm")
+            expect(page.locator("ul.messagelist li.success")).to_contain_text("Broke 1 lease: 'report:nightly'")
+            expect(page.locator('tr[data-key="report:nightly"]')).to_have_count(0)
+
+            # Both breaks are in "Recent actions" on the admin index.
+            page.goto(f"{base}/admin/")
+            recent = page.locator("#recent-actions-module")
+            expect(recent.get_by_role("link", name="victim")).to_be_visible()
+            expect(recent.get_by_role("link", name="report:nightly")).to_be_visible()
+            # ...and lead to the detail page, which records who broke it and why.
+            recent.get_by_role("link", name="victim").click()
+            expect(page.locator("table.dynlock-detail")).to_contain_text("holder stuck (browser test)")
+            expect(page.locator("table.dynlock-detail")).to_contain_text(f"admin:{USERNAME}")
+        finally:
+            browser.close()
+
+    # The holder finds out at its next renewal (every 2 s).
+    assert wait_for_line(report, r"LOST ", timeout=15), "the holder process never saw that its lease was broken"
+    assert not batch.is_held and batch.lost_reason == "broken"
+    assert all(lease.is_held for lease in others)
+    for lease in others:
+        lease.release()
