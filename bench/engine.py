@@ -49,6 +49,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from django_dynlock.engine import ClientOptions, LockClient
+from django_dynlock.engine.items import release_slot
 from django_dynlock.engine.options import merge_client_config
 from django_dynlock.exceptions import LockNotAcquired
 
@@ -210,6 +211,8 @@ class Floor:
 
     Same item layout and expressions as the engine's (so the server does the same
     work), same botocore config, nothing else: no gates, no heartbeat, no Lease.
+    Kept in step with ``LockClient._acquire_request`` and ``_release_remote``;
+    ``python -m bench`` checks that they still match (``engine_requests_match``).
     """
 
     ACQUIRE_EXPRESSION = (
@@ -217,7 +220,13 @@ class Floor:
         "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
         "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at"
     )
-    RELEASE_EXPRESSION = "SET #released_at = :now, #released_by = :me, #gc = :gc, #rvn = :rvn REMOVE #owner"
+    # A free key, unless this acquisition was already released (the engine's guard
+    # against a delayed duplicate of an acquire landing after its release).
+    ACQUIRE_CONDITION = "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)) OR #owner = :me"
+    RELEASE_EXPRESSION = (
+        "SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner"
+    )
+    RELEASE_CONDITION = "#owner = :me"
 
     def __init__(self, endpoint_url: str, client_config: Any):
         import boto3
@@ -228,23 +237,30 @@ class Floor:
         self.pid = str(os.getpid())
         self.acquire_names = {
             f"#{n}": n
-            for n in ("owner", "rvn", "fence", "lease_ms", "expires_at", "acquired_at", "host", "pid", "thread", "holder", "released_at")
+            for n in ("owner", "rvn", "fence", "lease_ms", "expires_at", "acquired_at", "host", "pid", "thread", "holder",
+                      "released_at")
         }
         self.acquire_names["#gc"] = "gc_at"
-        self.release_names = {f"#{n}": n for n in ("owner", "fence", "rvn", "released_at", "released_by")}
+        self.release_names = {f"#{n}": n for n in ("owner", "rvn", "released_at", "released_by")}
         self.release_names["#gc"] = "gc_at"
         self.lease_ms = str(int(LEASE_DURATION * 1000))
 
-    def acquire(self, key: str) -> tuple[str, str]:
+    def acquire(self, key: str, condition: str | None = None) -> tuple[str, str]:
         now = time.time()
         owner = uuid.uuid4().hex
+        slot, tag = release_slot(owner)
+        names = {**self.acquire_names, "#slot": slot}
+        values = {":tag": {"S": tag}} if condition is None or "#slot" in condition else {}
+        if condition is not None and "#slot" not in condition:
+            del names["#slot"]
         reply = self.boto.update_item(
             TableName=TABLE,
             Key={"key": {"S": key}},
             UpdateExpression=self.ACQUIRE_EXPRESSION,
-            ConditionExpression="attribute_not_exists(#owner) OR #owner = :me",
-            ExpressionAttributeNames=self.acquire_names,
+            ConditionExpression=condition or self.ACQUIRE_CONDITION,
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues={
+                **values,
                 ":me": {"S": owner},
                 ":rvn": {"S": uuid.uuid4().hex},
                 ":lease_ms": {"N": self.lease_ms},
@@ -265,15 +281,16 @@ class Floor:
 
     def release(self, key: str, owner: str, token: str) -> None:
         now = time.time()
+        slot, tag = release_slot(owner)
         self.boto.update_item(
             TableName=TABLE,
             Key={"key": {"S": key}},
             UpdateExpression=self.RELEASE_EXPRESSION,
-            ConditionExpression="#owner = :me AND #fence = :token",
-            ExpressionAttributeNames=self.release_names,
+            ConditionExpression=self.RELEASE_CONDITION,
+            ExpressionAttributeNames={**self.release_names, "#slot": slot},
             ExpressionAttributeValues={
                 ":me": {"S": owner},
-                ":token": {"N": token},
+                ":tag": {"S": tag},
                 ":now": {"N": repr(round(now, 6))},
                 ":rvn": {"S": uuid.uuid4().hex},
                 ":gc": {"N": str(int(now) + 3600)},
@@ -283,6 +300,32 @@ class Floor:
 
     def close(self) -> None:
         self.boto.close()
+
+
+def engine_requests_match(endpoint_url: str) -> list[str]:
+    """Differences between the engine's acquire/release requests and the floor's (empty: same)."""
+    client = make_client(endpoint_url)
+    seen: list[dict[str, Any]] = []
+
+    def capture(params: dict[str, Any], model: Any, **_: Any) -> None:
+        if model.name == "UpdateItem":
+            seen.append(json.loads(params["body"]))
+
+    client.boto.meta.events.register("before-call.dynamodb", capture, unique_id="bench-floor-check")
+    try:
+        client.acquire(f"floor-check-{uuid.uuid4().hex[:6]}").release()
+    finally:
+        client.close()
+    problems = []
+    if len(seen) != 2:
+        return [f"expected 2 UpdateItems per acquire+release, saw {len(seen)}"]
+    ours = [(Floor.ACQUIRE_EXPRESSION, Floor.ACQUIRE_CONDITION), (Floor.RELEASE_EXPRESSION, Floor.RELEASE_CONDITION)]
+    for what, body, (update, condition) in zip(("acquire", "release"), seen, ours):
+        if body.get("UpdateExpression") != update:
+            problems.append(f"{what} UpdateExpression: engine {body.get('UpdateExpression')!r}, floor {update!r}")
+        if body.get("ConditionExpression") != condition:
+            problems.append(f"{what} ConditionExpression: engine {body.get('ConditionExpression')!r}, floor {condition!r}")
+    return problems
 
 
 # -- 1. calls per operation ------------------------------------------------------

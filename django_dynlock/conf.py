@@ -81,6 +81,7 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
 _ITEM_ATTRIBUTES = {
     items.OWNER, items.RVN, items.FENCE, items.LEASE_MS, items.EXPIRES_AT, items.ACQUIRED_AT, items.RELEASED_AT,
     items.RELEASED_BY, items.BREAK_REASON, items.HOST, items.PID, items.THREAD, items.HOLDER,
+    *(f"rel{slot}" for slot in range(items.RELEASE_SLOTS)),
 }
 
 

@@ -321,8 +321,10 @@ class LockClient:
         now = time.time()
         names = self._names(
             it.OWNER, it.RVN, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
-            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT, it.RELEASED_BY,
+            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT,
         )
+        slot, tag = it.release_slot(owner)
+        names["#slot"] = slot
         names["#gc"] = self.options.ttl_attribute
         values = {
             ":me": {"S": owner},
@@ -339,14 +341,12 @@ class LockClient:
             # above every token issued before (unless a million were issued a second).
             ":base": it.num(int(now * 1_000_000)),
             ":one": it.num(1),
+            ":tag": {"S": tag},
         }
         # A free key, unless this very acquisition was already released or abandoned: an
         # attempt of ours that was delayed in the network and lands after that must not
-        # lock the key for an owner nobody renews (a ghost holder).
-        condition = (
-            "(attribute_not_exists(#owner) AND (attribute_not_exists(#released_by) OR #released_by <> :me))"
-            " OR #owner = :me"
-        )
+        # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS.
+        condition = "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)) OR #owner = :me"
         if takeover_rvn is not None:
             condition += " OR #rvn = :seen"
             values[":seen"] = {"S": takeover_rvn}
@@ -457,14 +457,15 @@ class LockClient:
         """Undo an acquire whose reply we never saw: it may have succeeded."""
         if not ambiguous:
             return
+        slot, tag = it.release_slot(owner)
         try:
             self._call(
                 "update_item", "undo an unconfirmed acquire",
                 Key=self._key(stored),
-                UpdateExpression="SET #released_at = :now, #released_by = :me REMOVE #owner",
+                UpdateExpression="SET #released_at = :now, #released_by = :me, #slot = :tag REMOVE #owner",
                 ConditionExpression="#owner = :me",
-                ExpressionAttributeNames=self._names(it.OWNER, it.RELEASED_AT, it.RELEASED_BY),
-                ExpressionAttributeValues={":me": {"S": owner}, ":now": it.num(time.time())},
+                ExpressionAttributeNames={**self._names(it.OWNER, it.RELEASED_AT, it.RELEASED_BY), "#slot": slot},
+                ExpressionAttributeValues={":me": {"S": owner}, ":now": it.num(time.time()), ":tag": {"S": tag}},
             )
         except (ClientError, DynLockError) as exc:
             # Not ours or unreachable: either way waiters take over after one lease.
@@ -747,15 +748,17 @@ class LockClient:
         """The release write. On success the item keeps its fence and loses its owner."""
         expired_locally = time.monotonic() >= lease.valid_until
         now = time.time()
+        slot, tag = it.release_slot(lease.owner)
         try:
             self._call(
                 "update_item", "release a lock",
                 Key=self._key(lease.stored_key),
-                UpdateExpression="SET #released_at = :now, #released_by = :me, #gc = :gc, #rvn = :rvn REMOVE #owner",
+                UpdateExpression="SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner",
                 ConditionExpression="#owner = :me",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute},
+                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute, "#slot": slot},
                 ExpressionAttributeValues={
                     ":me": {"S": lease.owner},
+                    ":tag": {"S": tag},
                     ":now": it.num(now),
                     ":rvn": {"S": uuid.uuid4().hex},
                     ":gc": self._gc_at(now),
@@ -763,7 +766,14 @@ class LockClient:
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            item = self._old_item(exc, lease.stored_key)
+            try:
+                item = self._old_item(exc, lease.stored_key)
+            except DynLockError as read_error:
+                # Our release may well have been applied (its reply lost); we cannot tell
+                # now. The lease is no longer renewed either way.
+                if not quiet:
+                    logger.warning("could not confirm the release of %r: %s", lease, read_error)
+                return
             info = self._info(item)
             if info is not None and (
                 # An earlier try of ours was applied and its reply lost ...
@@ -800,8 +810,11 @@ class LockClient:
         info = self._info(self._get_item(self.options.prefixed(key)))
         return info if info is not None and (include_released or info.is_held) else None
 
-    def leases(self, prefix: str = "", *, include_released: bool = False, page_size: int = 100) -> Iterator[LeaseInfo]:
-        """Iterate over live leases (or all items), one Scan page at a time."""
+    def leases(self, prefix: str = "", *, include_released: bool = False, page_size: int | None = None) -> Iterator[LeaseInfo]:
+        """Iterate over live leases (or all items), one Scan page at a time.
+
+        ``page_size=None`` reads DynamoDB's full 1 MB pages: the fewest calls.
+        """
         start: dict[str, Any] | None = None
         while True:
             page, start = self.scan_page(prefix, include_released=include_released, start=start, limit=page_size)
@@ -810,7 +823,7 @@ class LockClient:
                 return
 
     def scan_page(
-        self, prefix: str = "", *, include_released: bool = False, start: dict[str, Any] | None = None, limit: int = 100
+        self, prefix: str = "", *, include_released: bool = False, start: dict[str, Any] | None = None, limit: int | None = 100
     ) -> tuple[list[LeaseInfo], dict[str, Any] | None]:
         """One Scan call: the leases on it and the cursor of the next page (None at the end)."""
         self._check_open()
@@ -825,7 +838,9 @@ class LockClient:
         if not include_released:
             filters.append("attribute_exists(#owner)")
             names["#owner"] = it.OWNER
-        params: dict[str, Any] = {"Limit": limit, "ConsistentRead": True}
+        params: dict[str, Any] = {"ConsistentRead": True}
+        if limit is not None:
+            params["Limit"] = limit
         if filters:
             params["FilterExpression"] = " AND ".join(filters)
             params["ExpressionAttributeNames"] = names

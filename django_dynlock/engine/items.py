@@ -8,6 +8,7 @@ items and is never used for correctness.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -26,6 +27,20 @@ THREAD = "thread"
 HOLDER = "holder"
 
 BREAK_PREFIX = "break:"
+
+# Where the last releases are remembered, so that an acquire attempt delayed in the
+# network cannot take the key after its own acquisition was released, even when other
+# holders came and went meanwhile: each release writes a short tag of its owner id into
+# one of these slots (chosen by the tag), and acquire refuses a free key whose slot
+# holds its own tag. 16 slots of 8 characters keep the item well under 1 KB; a later
+# release that lands in the same slot only weakens the guard for that one owner.
+RELEASE_SLOTS = 16
+
+
+def release_slot(owner: str) -> tuple[str, str]:
+    """(attribute name, tag) remembering that ``owner`` was released."""
+    tag = hashlib.blake2s(owner.encode(), digest_size=4).hexdigest()
+    return f"rel{int(tag, 16) % RELEASE_SLOTS}", tag
 
 
 def num(value: float | int) -> dict[str, str]:

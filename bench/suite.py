@@ -1,0 +1,712 @@
+"""The side-by-side measurements: django-dynlock, the raw boto3 floor and the peers.
+
+Every function here measures one figure for several contenders against one server,
+in one run; ``bench.__main__`` runs them per server and ``bench.report`` turns the
+results into tables and plots. Every loop is bounded in count and in time.
+"""
+
+from __future__ import annotations
+
+import collections
+import os
+import random
+import signal
+import statistics
+import time
+import traceback
+import uuid
+from typing import Any, Callable
+
+from bench.contenders import (
+    DYNLOCK,
+    FLOOR,
+    MUTEX,
+    PDL_DEFAULT,
+    PDL_FASTEST,
+    Contender,
+    Spec,
+    crash_spec,
+    make_contender,
+    new_fresh_mutex_calls,
+    quiet_peer_logs,
+)
+from bench.engine import BenchError, median, percentile, quiet_engine_logs, run_round
+
+CHILD_REPLY_TIMEOUT = 30.0
+CHILD_START_TIMEOUT = 90.0
+
+
+def _send_error(conn: Any) -> None:
+    try:
+        conn.send(("error", traceback.format_exc(limit=6)))
+    except Exception:
+        pass
+
+
+def _expect(conn: Any, what: str, timeout: float = CHILD_REPLY_TIMEOUT) -> tuple:
+    if not conn.poll(timeout):
+        raise BenchError(f"no {what!r} from a child within {timeout:.0f}s")
+    message = conn.recv()
+    if message[0] == "error":
+        raise BenchError(f"child failed:\n{message[1]}")
+    if message[0] != what:
+        raise BenchError(f"expected {what!r} from a child, got {message!r}")
+    return message
+
+
+def _stop_children(processes: list[Any], conns: list[Any]) -> None:
+    for conn in conns:
+        try:
+            conn.send(("stop",))
+        except Exception:
+            pass
+    for process in processes:
+        process.join(10)
+    for process in processes:
+        if process.is_alive():  # our own child, by its handle
+            process.kill()
+            process.join(5)
+
+
+def _close(contender: Contender) -> None:
+    try:
+        contender.close()
+    except Exception:
+        pass
+
+
+# -- 1. API calls --------------------------------------------------------------------
+
+
+def measure_calls(endpoint_url: str, specs: list[Spec], cycles: int = 20) -> dict[str, Any]:
+    """Per contender: calls per uncontended acquire+release, and per failed attempt."""
+    out: dict[str, Any] = {}
+    for spec in specs:
+        contender = make_contender(spec, endpoint_url)
+        other = make_contender(spec, endpoint_url)
+        try:
+            lane = contender.lane(0)
+            key = f"calls-{spec.name}-{uuid.uuid4().hex[:6]}"
+            lane.prepare(key)
+            handle = lane.acquire(key, 0)  # warm-up; creates the item
+            if handle is None:
+                raise BenchError(f"{spec.name}: a free key was busy")
+            lane.release(handle)
+            contender.counter.take()
+            for _ in range(cycles):
+                handle = lane.acquire(key, 0)
+                if handle is None:
+                    raise BenchError(f"{spec.name}: a free key was busy")
+                lane.release(handle)
+            reused = contender.counter.take()
+
+            busy_key = f"calls-busy-{spec.name}-{uuid.uuid4().hex[:6]}"
+            other_lane = other.lane(0)
+            other_lane.prepare(busy_key)
+            held = other_lane.acquire(busy_key, 0)
+            if held is None:
+                raise BenchError(f"{spec.name}: a free key was busy")
+            lane.prepare(busy_key)
+            contender.counter.take()
+            for _ in range(cycles):
+                if lane.acquire(busy_key, 0) is not None:
+                    raise BenchError(f"{spec.name}: got a key that another client holds")
+            failed = contender.counter.take()
+            other_lane.release(held)
+
+            row: dict[str, Any] = {
+                "acquire_release": {op: n / cycles for op, n in sorted(reused.items())},
+                "acquire_release_total": sum(reused.values()) / cycles,
+                "failed_attempt": {op: n / cycles for op, n in sorted(failed.items())},
+                "failed_attempt_total": sum(failed.values()) / cycles,
+            }
+            if spec.kind == "mutex":
+                fresh: collections.Counter[str] = collections.Counter()
+                for i in range(cycles):
+                    fresh.update(new_fresh_mutex_calls(contender, f"calls-fresh-{uuid.uuid4().hex[:6]}-{i}"))
+                row["fresh_object"] = {op: n / cycles for op, n in sorted(fresh.items())}
+                row["fresh_object_total"] = sum(fresh.values()) / cycles
+            out[spec.name] = row
+        finally:
+            _close(contender)
+            _close(other)
+    return out
+
+
+# -- 2. calls per heartbeat --------------------------------------------------------------
+
+
+def _bursts(stamps: list[float], gap: float) -> int:
+    if not stamps:
+        return 0
+    stamps = sorted(stamps)
+    return 1 + sum(1 for a, b in zip(stamps, stamps[1:]) if b - a > gap)
+
+
+def measure_heartbeats(endpoint_url: str, specs: list[Spec], hold: float) -> dict[str, Any]:
+    """Each contender holds one key, all at once, for ``hold`` s doing nothing: the calls
+    its background renewals make, grouped into heartbeats (bursts)."""
+    import threading
+
+    out: dict[str, Any] = {}
+    errors: list[str] = []
+
+    def run(spec: Spec) -> None:
+        contender = make_contender(spec, endpoint_url)
+        try:
+            lane = contender.lane(0)
+            key = f"hb-{spec.name}-{uuid.uuid4().hex[:6]}"
+            handle = lane.acquire(key, 0)
+            if handle is None:
+                raise BenchError(f"{spec.name}: a free key was busy")
+            contender.counter.take()
+            time.sleep(hold)
+            calls, stamps = contender.counter.take_stamps()
+            lane.release(handle)
+            beats = _bursts(stamps, (spec.heartbeat or 1.0) / 2)
+            total = sum(calls.values())
+            out[spec.name] = {
+                "held_s": hold,
+                "period_s": spec.heartbeat,
+                "calls": calls,
+                "heartbeats": beats,
+                "calls_per_heartbeat": total / beats if beats else None,
+                "calls_per_hour_per_lease": (3600.0 / spec.heartbeat) * (total / beats) if beats and spec.heartbeat else None,
+            }
+        except Exception as exc:
+            errors.append(f"{spec.name}: {type(exc).__name__}: {exc}")
+        finally:
+            _close(contender)
+
+    threads = [threading.Thread(target=run, args=(spec,), daemon=True) for spec in specs if spec.heartbeat]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(hold + 30)
+    for spec in specs:
+        if not spec.heartbeat:
+            out[spec.name] = {"none": True}
+    if errors:
+        raise BenchError("; ".join(errors))
+    return out
+
+
+# -- 3. uncontended throughput -------------------------------------------------------------
+
+
+def measure_uncontended(endpoint_url: str, specs: list[Spec], threads: int, rounds: int, round_seconds: float,
+                        round_cap: float) -> dict[str, Any]:
+    """``threads`` threads, each on its own key, acquire+release in a loop. The
+    contenders' rounds are interleaved (order rotated and reversed every other round)
+    so that drift in the machine's load hits all alike; medians over the rounds."""
+    run_id = uuid.uuid4().hex[:6]
+    contenders = {spec.name: make_contender(spec, endpoint_url) for spec in specs}
+
+    def cycles_of(contender: Contender) -> Callable[[int], Callable[[], None]]:
+        def make_cycle(index: int) -> Callable[[], None]:
+            lane = contender.lane(index)
+            key = f"u{threads}-{contender.spec.name}-{run_id}-{index}"
+            lane.prepare(key)
+
+            def cycle() -> None:
+                handle = lane.acquire(key, 0)
+                if handle is None:
+                    raise BenchError(f"{contender.spec.name}: own key busy")
+                lane.release(handle)
+
+            return cycle
+
+        return make_cycle
+
+    names = [spec.name for spec in specs]
+    per_round: dict[str, int] = {}
+    rounds_of: dict[str, list[dict[str, Any]]] = {name: [] for name in names}
+    try:
+        for name in names:  # warm-up (connections, items, lanes) and calibration of N
+            make_cycle = cycles_of(contenders[name])
+            run_round(make_cycle, threads, 5 * threads, 5.0)
+            calibration = run_round(make_cycle, threads, 100_000, min(round_seconds, 0.5))
+            n = int(max(5 * threads, min(20_000, calibration["rate"] * round_seconds)))
+            per_round[name] = n - n % threads
+        for index in range(rounds):
+            order = names[index % len(names):] + names[:index % len(names)]
+            if index % 2:
+                order.reverse()
+            for name in order:
+                rounds_of[name].append(run_round(cycles_of(contenders[name]), threads, per_round[name], round_cap))
+    finally:
+        for contender in contenders.values():
+            _close(contender)
+    out: dict[str, Any] = {"threads": threads, "rounds": rounds, "contenders": {}}
+    for name in names:
+        rates = [r["rate"] for r in rounds_of[name]]
+        out["contenders"][name] = {
+            "cycles_per_round": per_round[name],
+            "rounds": rounds_of[name],
+            "median": median(rates),
+            "min": min(rates) if rates else None,
+            "max": max(rates) if rates else None,
+            "cpu_us_per_cycle": median([r["cpu_us_per_cycle"] for r in rounds_of[name] if r["cpu_us_per_cycle"]]),
+        }
+    if "dynlock" in rounds_of and "floor" in rounds_of:
+        out["paired_ratio_vs_floor"] = [a["rate"] / b["rate"] for a, b in zip(rounds_of["dynlock"], rounds_of["floor"])]
+    return out
+
+
+# -- 3b. what the acquire condition costs the server ---------------------------------------
+
+MINIMAL_ACQUIRE_CONDITION = "attribute_not_exists(#owner) OR #owner = :me"
+
+
+def measure_condition_cost(endpoint_url: str, rounds: int = 6, per_round: int = 30) -> dict[str, Any]:
+    """The floor's acquire with the engine's condition vs the minimal one (the engine's
+    before its guard against late duplicates), same client, same key reuse, ABBA."""
+    from django_dynlock.engine.options import merge_client_config
+
+    from bench.engine import Floor
+
+    floor = Floor(endpoint_url, merge_client_config(None))
+    times: dict[str, list[float]] = {"engine": [], "minimal": []}
+    variants = [("engine", None), ("minimal", MINIMAL_ACQUIRE_CONDITION)]
+    run_id = uuid.uuid4().hex[:6]
+    try:
+        for index in range(rounds):
+            for name, condition in (variants if index % 2 == 0 else variants[::-1]):
+                key = f"cond-{name}-{run_id}"
+                for _ in range(per_round):
+                    t0 = time.perf_counter()
+                    owner, token = floor.acquire(key, condition)
+                    times[name].append(time.perf_counter() - t0)
+                    floor.release(key, owner, token)
+    finally:
+        floor.close()
+    engine_ms, minimal_ms = median(times["engine"]) * 1000, median(times["minimal"]) * 1000
+    return {"engine_condition": Floor.ACQUIRE_CONDITION, "minimal_condition": MINIMAL_ACQUIRE_CONDITION,
+            "acquire_engine_ms": engine_ms, "acquire_minimal_ms": minimal_ms, "extra_ms": engine_ms - minimal_ms,
+            "n": len(times["engine"])}
+
+
+# -- 4. handoff latency ------------------------------------------------------------------------
+
+
+def handoff_holder(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
+    """Child: acquire on request, release on request (time.time() taken just before)."""
+    quiet_peer_logs()
+    quiet_engine_logs()
+    contender = None
+    try:
+        contender = make_contender(spec, endpoint_url)
+        lane = contender.lane(0)
+        conn.send(("ready",))
+        handle = None
+        for _ in range(max_messages):
+            if not conn.poll(CHILD_REPLY_TIMEOUT * 4):
+                return
+            message = conn.recv()
+            if message[0] == "acquire":
+                lane.prepare(message[1])
+                handle = lane.acquire(message[1], 5.0)
+                if handle is None:
+                    raise BenchError("holder could not get a free key")
+                conn.send(("held",))
+            elif message[0] == "release" and handle is not None:
+                sent = time.time()
+                lane.release(handle)
+                conn.send(("released", sent))
+                handle = None
+            else:
+                return
+    except Exception:
+        _send_error(conn)
+    finally:
+        if contender is not None:
+            _close(contender)
+
+
+def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
+    """Child: on request, block in acquire (with wait) and report when it returned."""
+    quiet_peer_logs()
+    quiet_engine_logs()
+    contender = None
+    try:
+        contender = make_contender(spec, endpoint_url)
+        lane = contender.lane(0)
+        conn.send(("ready",))
+        for _ in range(max_messages):
+            if not conn.poll(CHILD_REPLY_TIMEOUT * 4):
+                return
+            message = conn.recv()
+            if message[0] != "wait":
+                return
+            _, key, wait = message
+            lane.prepare(key)
+            contender.counter.take()
+            conn.send(("waiting",))
+            handle = lane.acquire(key, wait)
+            got = time.time()
+            calls = contender.counter.take()
+            if handle is None:
+                conn.send(("timeout", got, calls))
+                continue
+            lane.release(handle)
+            conn.send(("got", got, calls))
+    except Exception:
+        _send_error(conn)
+    finally:
+        if contender is not None:
+            _close(contender)
+
+
+def measure_handoff(endpoint_url: str, spec: Spec, ctx: Any, samples: int, cap: float,
+                    hold: tuple[float, float] = (0.1, 0.2), wait: float = 12.0) -> dict[str, Any]:
+    holder_conn, holder_child = ctx.Pipe()
+    waiter_conn, waiter_child = ctx.Pipe()
+    max_messages = 4 * samples + 10
+    processes = [
+        ctx.Process(target=handoff_holder, args=(spec, endpoint_url, holder_child, max_messages), daemon=True),
+        ctx.Process(target=handoff_waiter, args=(spec, endpoint_url, waiter_child, max_messages), daemon=True),
+    ]
+    rng = random.Random(1234)
+    rows: list[dict[str, Any]] = []
+    timeouts = 0
+    run_id = uuid.uuid4().hex[:6]
+    began = time.monotonic()
+    try:
+        for process in processes:
+            process.start()
+        _expect(holder_conn, "ready", CHILD_START_TIMEOUT)
+        _expect(waiter_conn, "ready", CHILD_START_TIMEOUT)
+        stop_at = time.monotonic() + cap
+        for index in range(samples):
+            if time.monotonic() >= stop_at:
+                break
+            key = f"handoff-{spec.name}-{run_id}-{index}"
+            holder_conn.send(("acquire", key))
+            _expect(holder_conn, "held")
+            waiter_conn.send(("wait", key, wait))
+            _expect(waiter_conn, "waiting")
+            held = rng.uniform(*hold)
+            time.sleep(held)
+            holder_conn.send(("release",))
+            _, sent = _expect(holder_conn, "released")
+            if not waiter_conn.poll(wait + CHILD_REPLY_TIMEOUT):
+                raise BenchError("waiter did not answer")
+            message = waiter_conn.recv()
+            if message[0] == "error":
+                raise BenchError(f"child failed:\n{message[1]}")
+            if message[0] == "timeout":
+                timeouts += 1
+                continue
+            _, got, calls = message
+            rows.append({"latency_ms": (got - sent) * 1000, "held_ms": held * 1000, "waiter_calls": calls,
+                         "waiter_calls_total": sum(calls.values())})
+    finally:
+        _stop_children(processes, [holder_conn, waiter_conn])
+    latencies = [r["latency_ms"] for r in rows]
+    return {
+        "samples": rows,
+        "n": len(rows),
+        "n_planned": samples,
+        "capped": len(rows) + timeouts < samples,
+        "timeouts": timeouts,
+        "seconds": time.monotonic() - began,
+        "hold_range_ms": [x * 1000 for x in hold],
+        "p50_ms": percentile(latencies, 50),
+        "p95_ms": percentile(latencies, 95),
+        "mean_ms": statistics.fmean(latencies) if latencies else None,
+        "min_ms": min(latencies) if latencies else None,
+        "max_ms": max(latencies) if latencies else None,
+        "waiter_calls_median": median([r["waiter_calls_total"] for r in rows]),
+    }
+
+
+# -- 5. contended throughput ------------------------------------------------------------------
+
+
+def contended_worker(spec: Spec, endpoint_url: str, key: str, hold: float, conn: Any) -> None:
+    """Child: acquire -> sleep(hold) -> release on one key until the window ends."""
+    quiet_peer_logs()
+    quiet_engine_logs()
+    contender = None
+    try:
+        contender = make_contender(spec, endpoint_url)
+        lane = contender.lane(0)
+        lane.prepare(key)
+        conn.send(("ready", os.getpid()))
+        if not conn.poll(CHILD_START_TIMEOUT * 2):
+            return
+        _, start_at, end_at = conn.recv()
+        time.sleep(max(0.0, min(start_at - time.time(), 10.0)))
+        contender.counter.take()
+        sections = []
+        for _ in range(int((end_at - start_at) / max(hold, 0.001)) + 10):
+            tried = time.time()
+            if tried >= end_at:
+                break
+            handle = lane.acquire(key, end_at - tried)
+            if handle is None:
+                break
+            acquired = time.time()
+            time.sleep(hold)
+            releasing = time.time()
+            lane.release(handle)
+            released = time.time()
+            sections.append((lane.token(handle), tried, acquired, releasing, released))
+        calls = contender.counter.take()
+        conn.send(("result", os.getpid(), sections, calls))
+    except Exception:
+        _send_error(conn)
+    finally:
+        if contender is not None:
+            _close(contender)
+
+
+def measure_contended(endpoint_url: str, spec: Spec, ctx: Any, procs: int, hold: float, window: float,
+                      rtt_ms: float | None) -> dict[str, Any]:
+    key = f"contended-{spec.name}-{uuid.uuid4().hex[:6]}"
+    pairs = [ctx.Pipe() for _ in range(procs)]
+    processes = [ctx.Process(target=contended_worker, args=(spec, endpoint_url, key, hold, child), daemon=True)
+                 for _, child in pairs]
+    results = []
+    try:
+        for process in processes:
+            process.start()
+        for conn, _ in pairs:
+            _expect(conn, "ready", CHILD_START_TIMEOUT)
+        start_at = time.time() + 0.3
+        end_at = start_at + window
+        for conn, _ in pairs:
+            conn.send(("go", start_at, end_at))
+        for conn, _ in pairs:
+            results.append(_expect(conn, "result", window + 60))
+    finally:
+        _stop_children(processes, [conn for conn, _ in pairs])
+
+    sections = []  # (tried, acquired, releasing, released, pid, token)
+    per_process = []
+    calls: collections.Counter[str] = collections.Counter()
+    for _, pid, mine, worker_calls in results:
+        inside = [(s[1], s[2], s[3], s[4], pid, s[0]) for s in mine if start_at <= s[2] < end_at]
+        per_process.append(len(inside))
+        sections.extend(inside)
+        calls.update(worker_calls)
+    sections.sort(key=lambda s: s[1])
+    overlaps = sum(1 for a, b in zip(sections, sections[1:]) if b[1] < a[2])
+    tokens = [s[5] for s in sections if s[5] is not None]
+    duplicate_tokens = len(tokens) - len(set(tokens)) if tokens else None
+    waits = [(s[1] - s[0]) * 1000 for s in sections]
+    gaps = [(b[1] - a[2]) * 1000 for a, b in zip(sections, sections[1:])]
+    same = [(b[1] - a[2]) * 1000 for a, b in zip(sections, sections[1:]) if a[4] == b[4]]
+    other = [(b[1] - a[2]) * 1000 for a, b in zip(sections, sections[1:]) if a[4] != b[4]]
+    release_rtts = [(s[3] - s[2]) * 1000 for s in sections]
+    rate = len(sections) / window
+    limit = 1.0 / (hold + 2 * rtt_ms / 1000.0) if rtt_ms else None
+    loaded_rtt = percentile(release_rtts, 50)
+    counts = sorted(per_process)
+    jain = (sum(counts) ** 2 / (len(counts) * sum(c * c for c in counts))) if counts and any(counts) else None
+    return {
+        "processes": procs,
+        "hold_ms": hold * 1000,
+        "window_s": window,
+        "sections": len(sections),
+        "sections_per_s": rate,
+        "rtt_ms_used": rtt_ms,
+        "limit_per_s": limit,
+        "ratio": rate / limit if limit else None,
+        "per_process": counts,
+        "fairness_jain": jain,
+        "overlaps": overlaps,
+        "duplicate_tokens": duplicate_tokens,
+        "acquire_wait_p50_ms": percentile(waits, 50),
+        "acquire_wait_p95_ms": percentile(waits, 95),
+        "acquire_wait_max_ms": max(waits) if waits else None,
+        "gap_p50_ms": percentile(gaps, 50),
+        "gap_p95_ms": percentile(gaps, 95),
+        "reacquired_by_releaser": len(same) / len(gaps) if gaps else None,
+        "gap_same_process_p50_ms": percentile(same, 50),
+        "gap_other_process_p50_ms": percentile(other, 50),
+        "release_rtt_under_load_p50_ms": loaded_rtt,
+        "limit_under_load_per_s": 1.0 / (hold + 2 * loaded_rtt / 1000.0) if loaded_rtt else None,
+        "hold_measured_p50_ms": percentile([(s[2] - s[1]) * 1000 for s in sections], 50),
+        "calls": dict(calls),
+        "calls_per_section": sum(calls.values()) / len(sections) if sections else None,
+    }
+
+
+def combine_handoff(blocks: list[dict[str, Any]]) -> dict[str, Any]:
+    """Pool the samples of interleaved blocks into one distribution."""
+    rows = [row for block in blocks for row in block["samples"]]
+    latencies = [r["latency_ms"] for r in rows]
+    return {
+        "samples": rows,
+        "n": len(rows),
+        "blocks": len(blocks),
+        "block_p50_ms": [b["p50_ms"] for b in blocks],
+        "n_planned": sum(b["n_planned"] for b in blocks),
+        "capped": any(b["capped"] for b in blocks),
+        "timeouts": sum(b["timeouts"] for b in blocks),
+        "seconds": sum(b["seconds"] for b in blocks),
+        "hold_range_ms": blocks[0]["hold_range_ms"] if blocks else None,
+        "p50_ms": percentile(latencies, 50),
+        "p95_ms": percentile(latencies, 95),
+        "mean_ms": statistics.fmean(latencies) if latencies else None,
+        "min_ms": min(latencies) if latencies else None,
+        "max_ms": max(latencies) if latencies else None,
+        "waiter_calls_median": median([r["waiter_calls_total"] for r in rows]),
+    }
+
+
+def combine_contended(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Medians over interleaved windows (sums for counts)."""
+    out: dict[str, Any] = {"rounds": rounds, "windows": len(rounds)}
+    first = rounds[0]
+    for key, value in first.items():
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            values = [r[key] for r in rounds if r.get(key) is not None]
+            out[key] = median(values) if values else None
+    for key in ("sections", "overlaps"):
+        out[key] = sum(r[key] for r in rounds)
+    tokens = [r["duplicate_tokens"] for r in rounds if r["duplicate_tokens"] is not None]
+    out["duplicate_tokens"] = sum(tokens) if tokens else None
+    out["window_s"] = first["window_s"]
+    out["window_total_s"] = sum(r["window_s"] for r in rounds)
+    calls: collections.Counter[str] = collections.Counter()
+    for r in rounds:
+        calls.update(r["calls"])
+    out["calls"] = dict(calls)
+    out["calls_per_section"] = sum(calls.values()) / out["sections"] if out["sections"] else None
+    out["per_process"] = [min(r["per_process"][0] for r in rounds), max(r["per_process"][-1] for r in rounds)]
+    out["rates"] = [r["sections_per_s"] for r in rounds]
+    return out
+
+
+# -- 6. crash takeover --------------------------------------------------------------------------
+
+
+def crash_holder(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
+    """Child: acquire ``key``, say so, then idle (heartbeats running) until killed."""
+    quiet_peer_logs()
+    quiet_engine_logs()
+    try:
+        contender = make_contender(spec, endpoint_url)
+        lane = contender.lane(0)
+        lane.prepare(key)
+        handle = lane.acquire(key, 5.0)
+        if handle is None:
+            raise BenchError("crash holder: key busy")
+        conn.send(("held", time.time()))
+        for _ in range(600):  # bounded: the orchestrator kills us long before
+            time.sleep(0.2)
+    except Exception:
+        _send_error(conn)
+
+
+def crash_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
+    """Child: on request, wait for a key (already held by a holder that will be killed)."""
+    quiet_peer_logs()
+    quiet_engine_logs()
+    contender = None
+    try:
+        contender = make_contender(spec, endpoint_url)
+        lane = contender.lane(0)
+        conn.send(("ready",))
+        for _ in range(max_messages):
+            if not conn.poll(CHILD_REPLY_TIMEOUT * 6):
+                return
+            message = conn.recv()
+            if message[0] != "wait":
+                return
+            _, key, wait = message
+            lane.prepare(key)
+            contender.counter.take()
+            conn.send(("waiting", time.time()))
+            handle = lane.acquire(key, wait)
+            got = time.time()
+            calls = contender.counter.take()
+            if handle is None:
+                conn.send(("timeout", got, calls))
+                continue
+            lane.release(handle)
+            conn.send(("got", got, calls))
+    except Exception:
+        _send_error(conn)
+    finally:
+        if contender is not None:
+            _close(contender)
+
+
+def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_after: tuple[float, float],
+                  cap: float, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A holder acquires with the crash lease, is SIGKILLed ``kill_after`` s later; a waiter
+    (another process, already waiting) reports when it got the key. Takeover = its
+    time.time() then minus ours just before the kill."""
+    lease = spec.lease or 0.0
+    wait = lease + 20.0
+    waiter_conn, waiter_child = ctx.Pipe()
+    waiter = ctx.Process(target=crash_waiter, args=(spec, endpoint_url, waiter_child, 4 * trials + 4), daemon=True)
+    rng = random.Random(99)
+    rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    run_id = uuid.uuid4().hex[:6]
+    began = time.monotonic()
+    try:
+        waiter.start()
+        _expect(waiter_conn, "ready", CHILD_START_TIMEOUT)
+        for index in range(trials):
+            if index and time.monotonic() - began >= cap:
+                break
+            key = f"crash-{spec.name}-{run_id}-{index}"
+            holder_conn, holder_child = ctx.Pipe()
+            holder = ctx.Process(target=crash_holder, args=(spec, endpoint_url, key, holder_child), daemon=True)
+            try:
+                holder.start()
+                _, acquired = _expect(holder_conn, "held", CHILD_START_TIMEOUT)
+                waiter_conn.send(("wait", key, wait))
+                _expect(waiter_conn, "waiting")
+                delay = rng.uniform(*kill_after)
+                time.sleep(max(0.0, acquired + delay - time.time()))
+                killed = time.time()
+                os.kill(holder.pid, signal.SIGKILL)  # our own child, by its pid
+                holder.join(10)
+                if not waiter_conn.poll(wait + CHILD_REPLY_TIMEOUT):
+                    raise BenchError("crash waiter did not answer")
+                message = waiter_conn.recv()
+                if message[0] == "error":
+                    raise BenchError(f"child failed:\n{message[1]}")
+                if message[0] == "timeout":
+                    errors.append(f"trial {index}: waiter timed out after {wait:g} s")
+                    continue
+                _, got, calls = message
+                rows.append({"takeover_s": got - killed, "held_before_kill_s": killed - acquired,
+                             "from_acquire_s": got - acquired, "waiter_calls": calls,
+                             "waiter_calls_total": sum(calls.values())})
+                if say:
+                    say(f"    {spec.name}: crash trial {index + 1}: takeover {got - killed:.2f} s")
+            finally:
+                if holder.is_alive():
+                    holder.kill()
+                    holder.join(5)
+    finally:
+        _stop_children([waiter], [waiter_conn])
+    takeovers = [r["takeover_s"] for r in rows]
+    return {
+        "lease_s": lease,
+        "heartbeat_s": spec.heartbeat,
+        "settings": spec.describe(),
+        "trials": rows,
+        "n": len(rows),
+        "errors": errors,
+        "kill_after_s": list(kill_after),
+        "median_s": median(takeovers),
+        "min_s": min(takeovers) if takeovers else None,
+        "max_s": max(takeovers) if takeovers else None,
+        "target_s": lease + 1.0,
+    }
+
+
+CRASH_SPECS = {spec.name: crash_spec(spec) for spec in (DYNLOCK, PDL_FASTEST, MUTEX, PDL_DEFAULT)}
+
+__all__ = [
+    "CRASH_SPECS", "measure_calls", "measure_contended", "measure_crash", "measure_handoff",
+    "measure_heartbeats", "measure_uncontended", "FLOOR",
+]
