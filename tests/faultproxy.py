@@ -27,6 +27,10 @@ Budget: once ``max_seconds`` have passed since ``start()`` or more than
 safety net it shuts itself down ``lifetime_seconds`` after ``start()`` (default
 ``max_seconds + 300``), so a forgotten proxy cannot outlive a test run.
 
+Request log: ``FaultProxy(..., record=True)`` keeps one :class:`RequestRecord` per
+request in ``proxy.log`` (wall-clock times it arrived and was answered, operation,
+fault, status, parsed JSON body): what a scenario needs to explain where time went.
+
 Keep-alive: client connections are persistent HTTP/1.1 with Content-Length
 framing (responses are fully buffered).  Each forwarded request uses a fresh
 upstream connection, so a stale upstream keep-alive connection can never make
@@ -54,7 +58,7 @@ from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Iterable, Mapping
 
-__all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "ScriptedFault"]
+__all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "RequestRecord", "ScriptedFault"]
 
 FAULT_KINDS = frozenset({"http500", "throttle", "delay", "reset", "drop_reply"})
 
@@ -133,6 +137,26 @@ class ProxyStats:
         return self.faults.get(kind, 0)
 
 
+@dataclass
+class RequestRecord:
+    """One request seen by a recording proxy (``record=True``).
+
+    ``received`` and ``answered`` are ``time.time()``: when the request was read and
+    when the proxy finished with it (reply sent, connection reset or closed).
+    ``upstream`` is the upstream's HTTP status for a forwarded request (the request
+    was applied if it is 200), ``status`` the status sent back to the client, None
+    when no reply was sent.
+    """
+
+    received: float
+    operation: str
+    fault: str | None
+    body: dict[str, Any]
+    answered: float | None = None
+    upstream: int | None = None
+    status: int | None = None
+
+
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     # The default backlog of 5 drops SYNs under a burst of concurrent clients,
@@ -193,6 +217,14 @@ class _Handler(BaseHTTPRequestHandler):
         operation = target.rpartition(".")[2]
 
         kind, delay = proxy._choose(operation, body)
+        record = proxy._start_record(operation, kind, body)
+        try:
+            self._answer(proxy, kind, delay, body, record)
+        finally:
+            if record is not None:
+                record.answered = time.time()
+
+    def _answer(self, proxy: FaultProxy, kind: str | None, delay: float, body: bytes, record: RequestRecord | None) -> None:
         if kind in ("reset", "paused"):
             self._abort()
             return
@@ -207,6 +239,8 @@ class _Handler(BaseHTTPRequestHandler):
                     ("x-amzn-RequestId", str(uuid.uuid4())),
                 ],
             )
+            if record is not None:
+                record.status = status
             return
         if kind == "delay" and proxy._stopping.wait(delay):
             self._abort()
@@ -219,12 +253,18 @@ class _Handler(BaseHTTPRequestHandler):
         except (OSError, http.client.HTTPException) as exc:
             proxy._record_error(exc)
             self._reply(502, f"upstream error: {exc!r}".encode(), [("Content-Type", "text/plain")])
+            if record is not None:
+                record.status = 502
             return
+        if record is not None:
+            record.upstream = status
         if kind == "drop_reply":
             # Plain close (FIN), unlike "reset": the reply is simply never sent.
             self.close_connection = True
             return
         self._reply(status, payload, headers, reason=reason)
+        if record is not None:
+            record.status = status
 
     do_GET = do_POST = do_PUT = do_DELETE = do_HEAD = do_PATCH = do_OPTIONS = _proxy_request
 
@@ -270,6 +310,7 @@ class FaultProxy:
         seed: int | None = None,
         upstream_timeout: float = 30.0,
         lifetime_seconds: float | None = None,
+        record: bool = False,
     ) -> None:
         url = urllib.parse.urlsplit(upstream_url)
         if url.scheme != "http" or not url.hostname:
@@ -294,6 +335,8 @@ class FaultProxy:
         self._operations: Counter[str] = Counter()
         self._op_faults: dict[str, Counter[str]] = {}
         self.errors: list[BaseException] = []
+        self.record = record
+        self.log: list[RequestRecord] = []
 
         self._conns: set[socket.socket] = set()
         self._conns_cond = threading.Condition(self._lock)
@@ -489,6 +532,14 @@ class FaultProxy:
                 self._faults[kind] += 1
                 self._op_faults.setdefault(operation, Counter())[kind] += 1
             return kind, delay
+
+    def _start_record(self, operation: str, kind: str | None, raw_body: bytes) -> RequestRecord | None:
+        if not self.record:
+            return None
+        record = RequestRecord(time.time(), operation, kind, _parse_body(raw_body) if raw_body else {})
+        with self._lock:
+            self.log.append(record)
+        return record
 
     def _forward(
         self, method: str, path: str, headers: list[tuple[str, str]], body: bytes

@@ -1,0 +1,153 @@
+"""Requests that arrive late or twice: minimal cases found by the mixed-fault scenario.
+
+Requests are delayed by a FaultProxy beyond the client's read timeout, so the engine
+retries while the first request is still on its way and lands later (the reordering
+any real network can cause), or their replies are lost after they were applied.
+
+Each was an engine bug found by this suite, shown here in its smallest form; all are
+fixed (commit 4c81239: owner-only renew/release conditions, ``released_by <> :me`` in
+the acquire condition, waits that survive failing reads;
+commit ba950c8: release slots, a release that cannot confirm itself logs instead of
+raising) and stay as regression tests. See docs/reliability.md, "Engine problems this
+suite found".
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from django_dynlock import LockNotAcquired
+from tests.faultproxy import FaultProxy
+from tests.reliability.harness import create_table, delete_table
+from tests.workers import client_for
+
+READ_TIMEOUT = 0.3
+CONFIG = {"read_timeout": READ_TIMEOUT, "connect_timeout": 0.5, "retries": {"total_max_attempts": 1, "mode": "standard"}}
+
+
+def is_acquire(body):
+    return "SET #owner = :me" in body.get("UpdateExpression", "")
+
+
+def is_release(body):
+    expression = body.get("UpdateExpression", "")
+    return "REMOVE #owner" in expression and "#released_by = :me" in expression and "#rvn" in expression
+
+
+@pytest.fixture
+def moto_table(moto_server):
+    table = create_table(moto_server.endpoint_url)
+    yield moto_server.endpoint_url, table
+    delete_table(moto_server.endpoint_url, table)
+
+
+@pytest.fixture
+def proxied(moto_table):
+    """(proxy, holder through the proxy, rival straight to the server)."""
+    endpoint, table = moto_table
+    with FaultProxy(endpoint, max_seconds=60, record=True) as proxy:
+        holder = client_for(proxy.endpoint_url, table, lease_duration=3.0, heartbeat_period=1.0, client_config=CONFIG)
+        rival = client_for(endpoint, table, lease_duration=3.0, heartbeat_period=1.0)
+        try:
+            yield proxy, holder, rival
+        finally:
+            holder.close()
+            rival.close()
+
+
+def test_a_late_duplicate_of_our_own_acquire_does_not_cost_us_the_lease(proxied):
+    proxy, holder, rival = proxied
+    late = proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=2 * READ_TIMEOUT)
+    lease = holder.acquire("dup", wait=5)  # attempt 1 times out, attempt 2 succeeds
+    assert late.fired == 1
+    time.sleep(2 * READ_TIMEOUT)  # attempt 1 lands now: same owner, the fence moves on
+    assert rival.get("dup").owner == lease.owner  # still ours, as far as the table can tell
+    lease.release()  # was: LockLost, reason "taken", "now held by" this very process
+    taken = rival.try_acquire("dup")
+    assert taken is not None and taken.token > lease.token
+
+
+def test_a_late_duplicate_of_our_own_acquire_does_not_lock_the_key_after_release(proxied):
+    proxy, holder, rival = proxied
+    late = proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=4 * READ_TIMEOUT)
+    lease = holder.acquire("ghost", wait=5)
+    lease.release()  # before attempt 1 lands
+    assert late.fired == 1
+    time.sleep(4 * READ_TIMEOUT)
+    assert rival.try_acquire("ghost") is not None  # was: None until a lease had passed
+
+
+def test_a_release_whose_reply_was_lost_is_recognised_after_someone_else_came_and_went(proxied):
+    proxy, holder, rival = proxied
+    lease = holder.acquire("handoff", wait=5)
+    proxy.add_fault("drop_reply", operation="UpdateItem", match=is_release)  # applied, no reply
+    proxy.add_fault("delay", operation="UpdateItem", match=is_release, delay_seconds=3 * READ_TIMEOUT)
+
+    def rival_comes_and_goes():
+        taken = rival.acquire("handoff", wait=5)
+        taken.release()
+
+    other = threading.Thread(target=rival_comes_and_goes)
+    other.start()
+    time.sleep(0.1)  # the rival is polling
+    try:
+        lease.release()  # attempt 1 applied (reply lost), 2 times out, 3 sees the rival's release
+        # (was: LockLost, reason "released")
+    finally:
+        other.join(10)
+    assert [r.fault for r in proxy.log if is_release(r.body)][:2] == ["drop_reply", "delay"]
+
+
+@pytest.mark.dynalite
+def test_a_failing_read_of_the_holder_does_not_end_a_wait(dynalite_server):
+    endpoint = dynalite_server.endpoint_url
+    table = create_table(endpoint)
+    owner = client_for(endpoint, table)
+    try:
+        held = owner.acquire("busy")
+        with FaultProxy(endpoint, max_seconds=60) as proxy:
+            waiter = client_for(proxy.endpoint_url, table, client_config=CONFIG)
+            try:
+                proxy.add_fault("http500", operation="GetItem", times=3)
+                started = time.monotonic()
+                with pytest.raises(LockNotAcquired):
+                    waiter.acquire("busy", wait=1.0)
+                assert time.monotonic() - started >= 1.0
+            finally:
+                waiter.close()
+        held.release()
+    finally:
+        owner.close()
+        delete_table(endpoint, table)
+
+
+def test_a_late_duplicate_does_not_lock_the_key_after_someone_else_came_and_went(proxied):
+    proxy, holder, rival = proxied
+    late = proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=4 * READ_TIMEOUT)
+    lease = holder.acquire("ghost2", wait=5)
+    lease.release()
+    rival.acquire("ghost2", wait=1).release()  # released_by is now the rival's owner id
+    assert late.fired == 1
+    time.sleep(4 * READ_TIMEOUT)  # our first attempt lands now, on a free key
+    assert rival.try_acquire("ghost2") is not None  # was: None for a whole lease
+
+
+@pytest.mark.dynalite
+def test_a_release_whose_check_read_fails_does_not_raise(dynalite_server):
+    endpoint = dynalite_server.endpoint_url
+    table = create_table(endpoint)
+    try:
+        with FaultProxy(endpoint, max_seconds=60) as proxy:
+            holder = client_for(proxy.endpoint_url, table, client_config=CONFIG)
+            try:
+                lease = holder.acquire("k", wait=5)
+                proxy.add_fault("drop_reply", operation="UpdateItem", match=is_release)  # applied, no reply
+                proxy.add_fault("http500", operation="GetItem", times=3)  # the read that would recognise it
+                lease.release()  # was: BackendError "no reply ... while trying to read a lock"
+            finally:
+                holder.close()
+    finally:
+        delete_table(endpoint, table)
