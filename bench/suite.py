@@ -30,7 +30,7 @@ from bench.contenders import (
     new_fresh_mutex_calls,
     quiet_peer_logs,
 )
-from bench.engine import BenchError, median, percentile, quiet_engine_logs, run_round
+from bench.engine import BenchError, _expect, median, percentile, quiet_engine_logs, run_round
 
 CHILD_REPLY_TIMEOUT = 30.0
 CHILD_START_TIMEOUT = 90.0
@@ -41,17 +41,6 @@ def _send_error(conn: Any) -> None:
         conn.send(("error", traceback.format_exc(limit=6)))
     except Exception:
         pass
-
-
-def _expect(conn: Any, what: str, timeout: float = CHILD_REPLY_TIMEOUT) -> tuple:
-    if not conn.poll(timeout):
-        raise BenchError(f"no {what!r} from a child within {timeout:.0f}s")
-    message = conn.recv()
-    if message[0] == "error":
-        raise BenchError(f"child failed:\n{message[1]}")
-    if message[0] != what:
-        raise BenchError(f"expected {what!r} from a child, got {message!r}")
-    return message
 
 
 def _stop_children(processes: list[Any], conns: list[Any]) -> None:
