@@ -12,8 +12,8 @@ every client it creates) and hands out *lanes*: one per thread, each with
 - ``pdl``: python-dynamodb-lock's ``DynamoDBLockClient``, one per thread (boto3
   resources are not thread-safe), each on its own boto3 Session and resource.
 - ``mutex``: dyndbmutex's ``DynamoDbMutex``. It has no wait: the lane polls
-  ``lock()`` with the same backoff as django-dynlock's defaults (10 ms doubling to
-  50 ms, equal jitter). It builds its clients from boto3's *default* session with no
+  ``lock()`` with the same backoff as django-dynlock's defaults (``MIN_RETRY_DELAY``
+  doubling to ``MAX_RETRY_DELAY``, equal jitter). It builds its clients from boto3's *default* session with no
   endpoint argument and reads its table name from ``DD_MUTEX_TABLE_NAME``: the
   adapter sets ``AWS_ENDPOINT_URL_DYNAMODB`` (botocore >= 1.31 honours it) and that
   variable, and installs its own boto3 Session as ``boto3.DEFAULT_SESSION`` while a
@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.engine import REGION, SESSION_OPTIONS, TABLE, Floor, make_client
-from django_dynlock.engine.options import merge_client_config
+from django_dynlock.engine.options import ClientOptions, merge_client_config
 from django_dynlock.exceptions import LockNotAcquired
 
 PDL_TABLE = "pdl_bench"
@@ -89,7 +89,8 @@ class Spec:
     def describe(self) -> str:
         s = self.settings
         if self.kind == "dynlock":
-            low, high = s.get("min_retry_delay", 0.01), s.get("max_retry_delay", 0.05)
+            low = s.get("min_retry_delay", ClientOptions.min_retry_delay)
+            high = s.get("max_retry_delay", ClientOptions.max_retry_delay)
             which = "defaults" if "min_retry_delay" not in s and "max_retry_delay" not in s else "overridden"
             return (f"lease {self.lease:g} s, heartbeat {self.heartbeat:g} s, retry {low * 1000:g}→{high * 1000:g} ms "
                     f"(MIN/MAX_RETRY_DELAY {which}, equal jitter)")
@@ -102,7 +103,8 @@ class Spec:
             return (f"lease_duration {merged['lease_duration']:g} s, heartbeat_period {merged['heartbeat_period']:g} s, "
                     f"safe_period {merged['safe_period']:g} s, retry_period {merged['retry_period'] * 1000:g} ms")
         if self.kind == "mutex":
-            return f"timeoutms {s.get('timeoutms', int(LEASE * 1000))}, polled by the adapter with 10→50 ms backoff"
+            low, high = ClientOptions.min_retry_delay * 1000, ClientOptions.max_retry_delay * 1000
+            return f"timeoutms {s.get('timeoutms', int(LEASE * 1000))}, polled by the adapter with {low:g}→{high:g} ms backoff"
         return ""
 
 
@@ -182,8 +184,9 @@ class EventCounter:
         return calls, stamps
 
 
-def backoff(attempt: int, low: float = 0.01, high: float = 0.05) -> float:
-    """django-dynlock's default retry delay: equal jitter, 10 ms doubling up to 50 ms."""
+def backoff(attempt: int) -> float:
+    """django-dynlock's default retry delay: equal jitter, MIN_RETRY_DELAY doubling up to MAX_RETRY_DELAY."""
+    low, high = ClientOptions.min_retry_delay, ClientOptions.max_retry_delay
     cap = min(high, low * 2**attempt)
     return cap / 2 + random.uniform(0, cap / 2)
 

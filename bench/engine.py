@@ -218,11 +218,15 @@ class Floor:
     ACQUIRE_EXPRESSION = (
         "SET #owner = :me, #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, "
         "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
-        "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at"
+        "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at, #reserved_by"
     )
     # A free key, unless this acquisition was already released (the engine's guard
-    # against a delayed duplicate of an acquire landing after its release).
-    ACQUIRE_CONDITION = "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)) OR #owner = :me"
+    # against a delayed duplicate of an acquire landing after its release) or another
+    # waiter has reserved the next turn.
+    ACQUIRE_CONDITION = (
+        "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)"
+        " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me)) OR #owner = :me"
+    )
     RELEASE_EXPRESSION = (
         "SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner"
     )
@@ -238,7 +242,7 @@ class Floor:
         self.acquire_names = {
             f"#{n}": n
             for n in ("owner", "rvn", "fence", "lease_ms", "expires_at", "acquired_at", "host", "pid", "thread", "holder",
-                      "released_at")
+                      "released_at", "reserved_by")
         }
         self.acquire_names["#gc"] = "gc_at"
         self.release_names = {f"#{n}": n for n in ("owner", "rvn", "released_at", "released_by")}

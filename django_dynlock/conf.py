@@ -42,7 +42,7 @@ DEFAULTS: dict[str, Any] = {
     "SESSION_OPTIONS": {},
     "SAFETY_MARGIN": 0.1,
     "MIN_RETRY_DELAY": 0.01,
-    "MAX_RETRY_DELAY": 0.05,
+    "MAX_RETRY_DELAY": 0.025,
     "KEY_ATTRIBUTE": "key",
     "TTL_ATTRIBUTE": "gc_at",
 }

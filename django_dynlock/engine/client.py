@@ -46,6 +46,12 @@ Listener = Callable[..., None]
 # DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
 MAX_KEYS_PER_TRANSACTION = 100
 
+# A waiter sleeps at least this many of its last round trips between looks at a busy key.
+POLL_ROUND_TRIPS = 4
+# A waiter that has waited this long (seconds), and seen the key go to others
+# meanwhile, reserves the next turn.
+STARVING_AFTER = 0.5
+
 _live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
 
 
@@ -56,14 +62,9 @@ class _Watch:
     rvn: str | None
     since: float
     lease_seconds: float
-    seen: float = 0.0  # when we last read the item
 
     def takeover_at(self) -> float:
         return self.since + self.lease_seconds
-
-    def stale(self, now: float) -> bool:
-        """Time to read the item again (only matters where failed writes return no item)."""
-        return now - self.seen >= min(1.0, self.lease_seconds / 10)
 
 
 class LockClient:
@@ -321,7 +322,7 @@ class LockClient:
         now = time.time()
         names = self._names(
             it.OWNER, it.RVN, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
-            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT,
+            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT, it.RESERVED_BY,
         )
         slot, tag = it.release_slot(owner)
         names["#slot"] = slot
@@ -346,7 +347,11 @@ class LockClient:
         # A free key, unless this very acquisition was already released or abandoned: an
         # attempt of ours that was delayed in the network and lands after that must not
         # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS.
-        condition = "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)) OR #owner = :me"
+        # And not while another waiter has the next turn (see _reserve).
+        condition = (
+            "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)"
+            " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me)) OR #owner = :me"
+        )
         if takeover_rvn is not None:
             condition += " OR #rvn = :seen"
             values[":seen"] = {"S": takeover_rvn}
@@ -358,7 +363,7 @@ class LockClient:
             "UpdateExpression": (
                 "SET #owner = :me, #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, "
                 "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
-                "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at"
+                "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at, #reserved_by"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
@@ -366,16 +371,22 @@ class LockClient:
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
 
-    def _observe(self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float) -> _Watch | None:
-        """Update the watch on the holder's record version; None when the key looks free."""
-        if not item or it.OWNER not in item:
+    def _observe(self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float, owner: str) -> _Watch | None:
+        """Update the watch on the holder's record version; None when the key is free for ``owner``.
+
+        A released key that another waiter has reserved counts as held: if that waiter
+        died, its reservation is taken over like a dead holder, one lease after the
+        release (which wrote a new rvn).
+        """
+        if not item:
+            return None
+        if it.OWNER not in item and item.get(it.RESERVED_BY, {}).get("S", owner) == owner:
             return None
         rvn = item.get(it.RVN, {}).get("S")
         if watch is not None and watch.rvn == rvn:
-            watch.seen = received
             return watch
         lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
-        return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0, seen=received)
+        return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0)
 
     def _acquire_remote(
         self,
@@ -387,61 +398,130 @@ class LockClient:
         *,
         single: bool,
     ) -> Lease:
+        # A waiter writes only when its last look showed the key free, the holder's rvn
+        # unchanged for a whole lease, or (with MAX_CLOCK_SKEW) expired. In between it
+        # watches with consistent reads: a read costs a fifth of a write, is cheaper for
+        # the server to answer, and leaves the holder's own writes unqueued.
         began = time.monotonic()
         owner = self._new_owner()
         watch: _Watch | None = None
         last_item: dict[str, Any] | None = None
         ambiguous = False
         attempt = 0
+        write = True
+        holders_seen: set[str] = set()
+        reserved = False
         while True:
-            takeover = watch.rvn if watch is not None and watch.rvn and time.monotonic() >= watch.takeover_at() else None
-            params = self._acquire_request(stored, owner, lease_seconds, holder, takeover)
-            sent = time.monotonic()
-            try:
-                reply = self._call("update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params)
-            except ClientError as exc:
-                # Where the server returns no item (dynalite) a read costs a call: skip it
-                # for try_acquire, and while waiting read only to start or refresh the watch.
-                now = time.monotonic()
-                read = not single and (watch is None or takeover is not None or watch.stale(now) or now >= give_up_at)
-                error: DynLockError | None = None
+            if watch is not None and (time.monotonic() >= watch.takeover_at() or self._expired_by_skew(last_item)):
+                write = True
+            error: DynLockError | None = None
+            look: Callable[[], dict[str, Any] | None] | None
+            looked_at = time.monotonic()
+            if write:
+                takeover = watch.rvn if watch is not None and watch.rvn and time.monotonic() >= watch.takeover_at() else None
+                params = self._acquire_request(stored, owner, lease_seconds, holder, takeover)
+                sent = time.monotonic()
                 try:
-                    item = self._old_item(exc, stored, read=read)
+                    reply = self._call("update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params)
+                except ClientError as exc:
+                    # Where the server returns no item (dynalite) reading it costs a call:
+                    # try_acquire skips it, a waiter needs it to watch the holder.
+                    failed = exc
+                    look = lambda: self._old_item(failed, stored, read=not single)  # noqa: E731
+                except DynLockError as exc:
+                    if not getattr(exc, "retryable", False):
+                        self._abandon(stored, owner, ambiguous or getattr(exc, "ambiguous", False), reserved=reserved)
+                        raise
+                    ambiguous = ambiguous or getattr(exc, "ambiguous", False)
+                    error, look = exc, None  # try the write again: it recognises itself
+                else:
+                    token = int(reply["Attributes"][it.FENCE]["N"])
+                    return Lease(
+                        self, key=key, stored_key=stored, owner=owner, token=token,
+                        lease_seconds=lease_seconds, sent_at=sent, holder=dict(holder or {}),
+                    )
+            else:
+                look = lambda: self._get_item(stored)  # noqa: E731
+            if look is not None:
+                try:
+                    item = look()
                 except DynLockError as read_error:
                     if not getattr(read_error, "retryable", False):
+                        self._abandon(stored, owner, ambiguous, reserved=reserved)
                         raise
                     error = read_error  # we only failed to look at the holder: keep waiting
                 else:
-                    if item is not None or read:
+                    if item is not None or not single:
                         last_item = item
-                        watch = self._observe(watch, item, time.monotonic())
-            except DynLockError as exc:
-                if not getattr(exc, "retryable", False):
-                    self._abandon(stored, owner, ambiguous or getattr(exc, "ambiguous", False))
-                    raise
-                ambiguous = ambiguous or getattr(exc, "ambiguous", False)
-                error = exc
-            else:
-                token = int(reply["Attributes"][it.FENCE]["N"])
-                return Lease(
-                    self, key=key, stored_key=stored, owner=owner, token=token,
-                    lease_seconds=lease_seconds, sent_at=sent, holder=dict(holder or {}),
-                )
+                        watch = self._observe(watch, item, time.monotonic(), owner)
+                        if item and not reserved and self._starving(item, owner, holders_seen, began):
+                            reserved = self._reserve(stored, owner)
             now = time.monotonic()
             if single or now >= give_up_at:
-                self._abandon(stored, owner, ambiguous)
+                self._abandon(stored, owner, ambiguous, reserved=reserved)
                 if error is not None:
                     raise error
                 info = self._info(last_item)
                 raise LockNotAcquired(key, holder=info, retry_after=self._retry_after(info, watch), waited=now - began)
-            if watch is None and error is None:
-                attempt = 0  # released between our two looks: go again at once
+            free = watch is None and error is None
+            if free and not write:
+                write = True  # a read showed it free: take it at once
                 continue
-            delay = self._backoff(attempt)
+            # A failed write is tried again (it recognises itself if it was applied), and
+            # so is one that failed on a key that looked free a moment later.
+            write = write and (error is not None or free)
+            # A slow reply means a busy server (or network): polling faster would only
+            # queue our reads in front of the holder's release. So never poll more often
+            # than every few round trips; on an idle server the backoff decides.
+            if reserved:
+                # The waiter with the next turn polls at the first step: the key idles until it looks.
+                delay = self._backoff(0)
+            else:
+                delay = max(self._backoff(attempt), POLL_ROUND_TRIPS * (now - looked_at) * random.uniform(0.75, 1.25))
             attempt += 1
             if watch is not None:
                 delay = min(delay, max(0.0, watch.takeover_at() - now))
             time.sleep(max(0.0, min(delay, give_up_at - now)))
+
+    def _starving(self, item: Mapping[str, Any], owner: str, holders_seen: set[str], began: float) -> bool:
+        """Whether this waiter has waited a while, seen the key change hands, and nobody has the next turn."""
+        current = item.get(it.OWNER, {}).get("S")
+        if current is None or current == owner:
+            return False
+        holders_seen.add(current)
+        return (
+            len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
+        )
+
+    def _reserve(self, stored: str, owner: str) -> bool:
+        """Claim the next turn on a held key; whether the claim may have been written.
+
+        Waiters poll, so whoever asks first after a release gets the key: usually the
+        releaser itself, going round its loop. Go's sync.Mutex meets the same problem
+        with a starvation mode; ours is this reservation. Only the acquire condition
+        reads it, so it can delay others but never let two hold the key.
+        """
+        try:
+            self._call(
+                "update_item", "reserve a busy lock", attempts=1,
+                Key=self._key(stored),
+                UpdateExpression="SET #reserved_by = :me",
+                ConditionExpression="attribute_exists(#owner) AND #owner <> :me AND attribute_not_exists(#reserved_by)",
+                ExpressionAttributeNames=self._names(it.OWNER, it.RESERVED_BY),
+                ExpressionAttributeValues={":me": {"S": owner}},
+            )
+        except ClientError:
+            return False  # released meanwhile, or someone else has the next turn
+        except DynLockError as exc:
+            return bool(getattr(exc, "ambiguous", False))
+        return True
+
+    def _expired_by_skew(self, item: Mapping[str, Any] | None) -> bool:
+        """With MAX_CLOCK_SKEW, whether the holder's own deadline is past even on a fast clock."""
+        skew = self.options.max_clock_skew
+        if skew is None or not item or it.EXPIRES_AT not in item:
+            return False
+        return float(item[it.EXPIRES_AT]["N"]) < time.time() - skew
 
     def _retry_after(self, info: LeaseInfo | None, watch: _Watch | None) -> float | None:
         if info is None or not info.is_held:
@@ -453,8 +533,21 @@ class LockClient:
             return max(0.0, watch.takeover_at() - time.monotonic())
         return info.lease_seconds
 
-    def _abandon(self, stored: str, owner: str, ambiguous: bool) -> None:
-        """Undo an acquire whose reply we never saw: it may have succeeded."""
+    def _abandon(self, stored: str, owner: str, ambiguous: bool, *, reserved: bool = False) -> None:
+        """Undo an acquire whose reply we never saw (it may have succeeded), and our reservation."""
+        if reserved:
+            try:
+                self._call(
+                    "update_item", "give up a reservation",
+                    Key=self._key(stored),
+                    UpdateExpression="REMOVE #reserved_by",
+                    ConditionExpression="#reserved_by = :me",
+                    ExpressionAttributeNames=self._names(it.RESERVED_BY),
+                    ExpressionAttributeValues={":me": {"S": owner}},
+                )
+            except (ClientError, DynLockError) as exc:
+                # Taken over one lease after the release, like a dead holder.
+                logger.info("could not give up the reservation of %r: %s", stored, exc)
         if not ambiguous:
             return
         slot, tag = it.release_slot(owner)
@@ -575,7 +668,7 @@ class LockClient:
                             item = reason.get("Item")
                             if item is None:
                                 item = self._get_item(stored)
-                            watches[stored] = self._observe(watches.get(stored), item, received)
+                            watches[stored] = self._observe(watches.get(stored), item, received, owner)
                             busy = busy or stored
                     if busy is None:
                         error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)

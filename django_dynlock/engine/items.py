@@ -25,6 +25,8 @@ HOST = "host"
 PID = "pid"
 THREAD = "thread"
 HOLDER = "holder"
+# The owner id of a waiter that lost the key to others twice and now has the next turn.
+RESERVED_BY = "reserved_by"
 
 BREAK_PREFIX = "break:"
 

@@ -97,7 +97,7 @@ class ClientOptions:
     # the side effect it guards.
     safety_margin: float = 0.1
     min_retry_delay: float = 0.01
-    max_retry_delay: float = 0.05
+    max_retry_delay: float = 0.025
     key_attribute: str = "key"
     ttl_attribute: str = "gc_at"
     alias: str = "default"

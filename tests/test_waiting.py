@@ -1,0 +1,130 @@
+"""How a waiter watches a busy key: reads while it is held, a reserved turn when starved."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from django_dynlock import LockNotAcquired
+from django_dynlock.engine import client as engine_client
+from tests.helpers import count_calls
+from tests.servers import dummy_client
+from tests.test_engine import other_client
+
+
+def test_a_waiter_polls_a_held_key_with_reads(dynlock):
+    holder = dynlock.acquire("held")
+    waiter = other_client(dynlock)
+    try:
+        waiter.try_acquire("warm")  # learn the server's capabilities
+        with count_calls(waiter) as calls:
+            with pytest.raises(LockNotAcquired):
+                waiter.acquire("held", wait=0.6)
+        # One acquire attempt, then consistent reads until the wait is over.
+        assert calls["UpdateItem"] == 1, calls
+        assert calls["GetItem"] >= 5, calls
+        holder.release()
+        with count_calls(waiter) as calls:
+            waiter.acquire("held", wait=1).release()
+        assert calls == {"UpdateItem": 2}
+    finally:
+        waiter.close()
+        if holder.is_held:
+            holder.release()
+
+
+def test_a_released_key_goes_to_the_waiter(dynlock):
+    holder = dynlock.acquire("handoff")
+    waiter = other_client(dynlock)
+    got = []
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire("handoff", wait=5)))
+    try:
+        thread.start()
+        time.sleep(0.3)
+        assert not got
+        holder.release()
+        thread.join(5)
+        assert got and got[0].token > holder.token
+        got[0].release()
+    finally:
+        waiter.close()
+
+
+def _swap_holders(server, table: str, key: str, started: threading.Event, stop: threading.Event, refused: list) -> None:
+    """Pass ``key`` from holder to holder every 30 ms without ever freeing it, as long as
+    nobody has reserved the next turn (the check every acquire makes); then release it."""
+    boto = dummy_client(server.endpoint_url)
+    item_key = {"key": {"S": key}}
+    boto.put_item(TableName=table, Item={**item_key, "owner": {"S": "swap:0"}, "rvn": {"S": "r0"}, "lease_ms": {"N": "10000"}, "fence": {"N": "1"}})
+    started.set()
+    for n in range(1, 300):
+        if stop.wait(0.03):
+            return
+        try:
+            boto.update_item(
+                TableName=table, Key=item_key,
+                UpdateExpression="SET #o = :new, rvn = :new ADD fence :one",
+                ConditionExpression="#o = :old AND attribute_not_exists(reserved_by)",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":new": {"S": f"swap:{n}"}, ":old": {"S": f"swap:{n - 1}"}, ":one": {"N": "1"}},
+            )
+        except boto.exceptions.ConditionalCheckFailedException:
+            refused.append(n)
+            boto.update_item(
+                TableName=table, Key=item_key, UpdateExpression="SET rvn = :rvn REMOVE #o",
+                ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":rvn": {"S": "released"}},
+            )
+            return
+
+
+def test_a_starving_waiter_reserves_the_next_turn(dynlock):
+    waiter = other_client(dynlock)
+    ready, stop, refused = threading.Event(), threading.Event(), []
+    thread = threading.Thread(
+        target=_swap_holders, args=(dynlock.server, dynlock.options.table_name, "hot", ready, stop, refused)
+    )
+    thread.start()
+    try:
+        assert ready.wait(10)
+        started = time.monotonic()
+        lease = waiter.acquire("hot", wait=6)
+        waited = time.monotonic() - started
+        # The key changed hands but was never free: the waiter reserved the next turn
+        # after STARVING_AFTER, the next handover was refused, and the release was its.
+        assert refused, "the holders were never refused"
+        assert waited >= engine_client.STARVING_AFTER, waited
+        item = dummy_client(dynlock.server.endpoint_url).get_item(
+            TableName=dynlock.options.table_name, Key={"key": {"S": "hot"}}, ConsistentRead=True
+        )["Item"]
+        assert item["owner"]["S"] == lease.owner
+        assert "reserved_by" not in item  # taking the turn used the reservation up
+        lease.release()
+    finally:
+        stop.set()
+        thread.join(10)
+        waiter.close()
+
+
+def test_the_reservation_of_a_dead_waiter_is_taken_over_after_one_lease(dynlock):
+    holder = dynlock.acquire("orphan", lease=1.5)
+    # What a waiter that reserved and then crashed leaves behind.
+    dummy_client(dynlock.server.endpoint_url).update_item(
+        TableName=dynlock.options.table_name,
+        Key={"key": {"S": "orphan"}},
+        UpdateExpression="SET reserved_by = :dead",
+        ExpressionAttributeValues={":dead": {"S": "dead-host:1:0:0"}},
+    )
+    holder.release()
+    newcomer = other_client(dynlock)
+    try:
+        assert newcomer.try_acquire("orphan") is None  # the turn is the reserver's
+        started = time.monotonic()
+        lease = newcomer.acquire("orphan", wait=5)
+        took = time.monotonic() - started
+        assert 1.3 <= took < 3.0, took  # one lease (1.5 s) after it first saw the release
+        assert lease.token > holder.token
+        lease.release()
+    finally:
+        newcomer.close()
