@@ -620,8 +620,8 @@ def _stop_children(processes: list[Any], conns: list[Any]) -> None:
     for process in processes:
         process.join(15)
     for process in processes:
-        if process.is_alive():  # our own child, by its handle
-            process.terminate()
+        if process.is_alive():  # our own child, by its handle; a peer's threads may ignore SIGTERM
+            process.kill()
             process.join(5)
 
 
@@ -819,19 +819,7 @@ def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable
             setup.close()
 
         def phase(name: str, fn: Callable[[], Any]) -> Any:
-            if time.monotonic() >= deadline:
-                result["skipped"].append(name)
-                say(f"  {kind}: {name} skipped (over the time budget)")
-                return None
-            t0 = time.monotonic()
-            try:
-                value = fn()
-            except Exception as exc:
-                result["errors"][name] = f"{type(exc).__name__}: {exc}"
-                say(f"  {kind}: {name} FAILED: {exc}")
-                return None
-            say(f"  {kind}: {name} done in {time.monotonic() - t0:.1f}s")
-            return value
+            return run_phase(result, kind, name, fn, deadline, say)
 
         result["calls"] = phase("calls", lambda: measure_calls(server.endpoint_url, plan.client_extra))
         result["uncontended"] = {}
@@ -850,6 +838,24 @@ def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable
         server.stop()
     result["seconds"] = time.monotonic() - began
     return result
+
+
+def run_phase(result: dict[str, Any], kind: str, name: str, fn: Callable[[], Any], deadline: float,
+              say: Callable[[str], None]) -> Any:
+    """Run one measurement unless over the time budget; a failure is noted, not raised."""
+    if time.monotonic() >= deadline:
+        result["skipped"].append(name)
+        say(f"  {kind}: {name} skipped (over the time budget)")
+        return None
+    t0 = time.monotonic()
+    try:
+        value = fn()
+    except Exception as exc:
+        result["errors"][name] = f"{type(exc).__name__}: {exc}"
+        say(f"  {kind}: {name} FAILED: {type(exc).__name__}: {exc}")
+        return None
+    say(f"  {kind}: {name} done in {time.monotonic() - t0:.1f}s")
+    return value
 
 
 # -- report -----------------------------------------------------------------------

@@ -132,13 +132,12 @@ def measure_listing(endpoint_url: str, count: int, repeats: int, cap: float, adm
         n = len(list(client.leases()))
         return n, counted["n"]
 
-    def floor_same_pages() -> tuple[int, int]:
+    def raw_scan(**page: Any) -> tuple[int, int]:
+        """Rows and Scan calls of one paginated raw scan of the whole table."""
         rows = pages = 0
         start = None
         for _ in range(100_000):
-            params: dict[str, Any] = {"TableName": LIST_TABLE, "Limit": 100, "ConsistentRead": True,
-                                      "FilterExpression": "attribute_exists(#owner)",
-                                      "ExpressionAttributeNames": {"#owner": it.OWNER}}
+            params: dict[str, Any] = {"TableName": LIST_TABLE, "ConsistentRead": True, **page}
             if start:
                 params["ExclusiveStartKey"] = start
             reply = raw.scan(**params)
@@ -149,20 +148,12 @@ def measure_listing(endpoint_url: str, count: int, repeats: int, cap: float, adm
                 break
         return rows, pages
 
+    def floor_same_pages() -> tuple[int, int]:
+        return raw_scan(Limit=100, FilterExpression="attribute_exists(#owner)",
+                        ExpressionAttributeNames={"#owner": it.OWNER})
+
     def floor_big_pages() -> tuple[int, int]:
-        rows = pages = 0
-        start = None
-        for _ in range(100_000):
-            params: dict[str, Any] = {"TableName": LIST_TABLE, "ConsistentRead": True}
-            if start:
-                params["ExclusiveStartKey"] = start
-            reply = raw.scan(**params)
-            pages += 1
-            rows += len(reply.get("Items", []))
-            start = reply.get("LastEvaluatedKey")
-            if not start:
-                break
-        return rows, pages
+        return raw_scan()
 
     try:
         # Interleaved, so that drift in the machine's load hits all three alike.

@@ -37,16 +37,7 @@ TARGET_CONTENDED_VS_LIMIT = 0.85
 TARGET_CRASH_MARGIN = 1.0
 
 
-def _get(data: Any, *path: Any) -> Any:
-    for part in path:
-        if data is None:
-            return None
-        data = data.get(part) if isinstance(data, dict) else None
-    return data
-
-
-def _f(value: Any, fmt: str = "{:.1f}") -> str:
-    return "–" if value is None else fmt.format(value)
+_get, _f = engine._get, engine._f
 
 
 def _met(ok: bool | None) -> str:

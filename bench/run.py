@@ -116,19 +116,7 @@ def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable
         def phase(name: str, fn: Callable[[], Any]) -> Any:
             if only is not None and name.split(":")[0] not in only:
                 return None
-            if time.monotonic() >= deadline:
-                result["skipped"].append(name)
-                say(f"  {kind}: {name} skipped (over the time budget)")
-                return None
-            t0 = time.monotonic()
-            try:
-                value = fn()
-            except Exception as exc:
-                result["errors"][name] = f"{type(exc).__name__}: {exc}"
-                say(f"  {kind}: {name} FAILED: {type(exc).__name__}: {exc}")
-                return None
-            say(f"  {kind}: {name} done in {time.monotonic() - t0:.1f}s")
-            return value
+            return engine.run_phase(result, kind, name, fn, deadline, say)
 
         result["floor_check"] = engine.engine_requests_match(endpoint)
         if result["floor_check"]:

@@ -30,7 +30,7 @@ from bench.contenders import (
     new_fresh_mutex_calls,
     quiet_peer_logs,
 )
-from bench.engine import BenchError, _expect, median, percentile, quiet_engine_logs, run_round
+from bench.engine import BenchError, _expect, _stop_children, median, percentile, quiet_engine_logs, run_round
 
 CHILD_REPLY_TIMEOUT = 30.0
 CHILD_START_TIMEOUT = 90.0
@@ -41,20 +41,6 @@ def _send_error(conn: Any) -> None:
         conn.send(("error", traceback.format_exc(limit=6)))
     except Exception:
         pass
-
-
-def _stop_children(processes: list[Any], conns: list[Any]) -> None:
-    for conn in conns:
-        try:
-            conn.send(("stop",))
-        except Exception:
-            pass
-    for process in processes:
-        process.join(10)
-    for process in processes:
-        if process.is_alive():  # our own child, by its handle
-            process.kill()
-            process.join(5)
 
 
 def _close(contender: Contender) -> None:
@@ -312,7 +298,7 @@ def handoff_holder(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
             _close(contender)
 
 
-def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
+def waiter_child(spec: Spec, endpoint_url: str, conn: Any, max_messages: int, idle_timeout: float) -> None:
     """Child: on request, block in acquire (with wait) and report when it returned."""
     quiet_peer_logs()
     quiet_engine_logs()
@@ -322,7 +308,7 @@ def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
         lane = contender.lane(0)
         conn.send(("ready",))
         for _ in range(max_messages):
-            if not conn.poll(CHILD_REPLY_TIMEOUT * 4):
+            if not conn.poll(idle_timeout):
                 return
             message = conn.recv()
             if message[0] != "wait":
@@ -330,7 +316,7 @@ def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
             _, key, wait = message
             lane.prepare(key)
             contender.counter.take()
-            conn.send(("waiting",))
+            conn.send(("waiting", time.time()))
             handle = lane.acquire(key, wait)
             got = time.time()
             calls = contender.counter.take()
@@ -344,6 +330,10 @@ def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
     finally:
         if contender is not None:
             _close(contender)
+
+
+def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
+    waiter_child(spec, endpoint_url, conn, max_messages, CHILD_REPLY_TIMEOUT * 4)
 
 
 def measure_handoff(endpoint_url: str, spec: Spec, ctx: Any, samples: int, cap: float,
@@ -591,37 +581,8 @@ def crash_holder(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
 
 
 def crash_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
-    """Child: on request, wait for a key (already held by a holder that will be killed)."""
-    quiet_peer_logs()
-    quiet_engine_logs()
-    contender = None
-    try:
-        contender = make_contender(spec, endpoint_url)
-        lane = contender.lane(0)
-        conn.send(("ready",))
-        for _ in range(max_messages):
-            if not conn.poll(CHILD_REPLY_TIMEOUT * 6):
-                return
-            message = conn.recv()
-            if message[0] != "wait":
-                return
-            _, key, wait = message
-            lane.prepare(key)
-            contender.counter.take()
-            conn.send(("waiting", time.time()))
-            handle = lane.acquire(key, wait)
-            got = time.time()
-            calls = contender.counter.take()
-            if handle is None:
-                conn.send(("timeout", got, calls))
-                continue
-            lane.release(handle)
-            conn.send(("got", got, calls))
-    except Exception:
-        _send_error(conn)
-    finally:
-        if contender is not None:
-            _close(contender)
+    """Child: wait for a key already held by a holder that will be killed."""
+    waiter_child(spec, endpoint_url, conn, max_messages, CHILD_REPLY_TIMEOUT * 6)
 
 
 def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_after: tuple[float, float],

@@ -28,49 +28,15 @@ import urllib.request
 from pathlib import Path
 
 # -- settings (read by Django when DJANGO_SETTINGS_MODULE is this module) --------------------
+# The demo's apps, middleware, templates and URLs; its own database, table and endpoint.
+from testproject.settings import *  # noqa: E402,F401,F403
+
 SECRET_KEY = "browser-test-only"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-INSTALLED_APPS = [
-    "django.contrib.admin",
-    "django.contrib.auth",
-    "django.contrib.contenttypes",
-    "django.contrib.sessions",
-    "django.contrib.messages",
-    "django.contrib.staticfiles",
-    "django_dynlock",
-    "testproject.booking",
-]
-MIDDLEWARE = [
-    "django.middleware.security.SecurityMiddleware",
-    "django.contrib.sessions.middleware.SessionMiddleware",
-    "django.middleware.common.CommonMiddleware",
-    "django.middleware.csrf.CsrfViewMiddleware",
-    "django.contrib.auth.middleware.AuthenticationMiddleware",
-    "django.contrib.messages.middleware.MessageMiddleware",
-    "django.middleware.clickjacking.XFrameOptionsMiddleware",
-]
-ROOT_URLCONF = "testproject.urls"
-TEMPLATES = [
-    {
-        "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "APP_DIRS": True,
-        "OPTIONS": {
-            "context_processors": [
-                "django.template.context_processors.request",
-                "django.contrib.auth.context_processors.auth",
-                "django.contrib.messages.context_processors.messages",
-            ]
-        },
-    }
-]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
                          "NAME": os.environ.get("DYNLOCK_BROWSER_DB", ":memory:")}}
-DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # test speed only
-USE_TZ = True
-TIME_ZONE = "UTC"
-STATIC_URL = "static/"
 DYNLOCK = {
     "default": {
         "TABLE_NAME": os.environ.get("DYNLOCK_BROWSER_TABLE", "django_dynlock"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 
@@ -9,6 +10,7 @@ import pytest
 
 from django_dynlock import LockNotAcquired
 from django_dynlock.engine import client as engine_client
+from django_dynlock.management import formatting
 from tests.helpers import count_calls
 from tests.servers import dummy_client
 from tests.test_engine import other_client
@@ -117,6 +119,9 @@ def test_the_reservation_of_a_dead_waiter_is_taken_over_after_one_lease(dynlock)
         ExpressionAttributeValues={":dead": {"S": "dead-host:1:0:0"}},
     )
     holder.release()
+    info = dynlock.get("orphan", include_released=True)
+    assert info.reserved_by == "dead-host:1:0:0" and not info.is_held
+    assert formatting.state(info, dt.datetime.now(dt.timezone.utc)) == "reserved"  # as showlocks --all shows it
     newcomer = other_client(dynlock)
     try:
         assert newcomer.try_acquire("orphan") is None  # the turn is the reserver's

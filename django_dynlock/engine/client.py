@@ -534,35 +534,35 @@ class LockClient:
         return info.lease_seconds
 
     def _abandon(self, stored: str, owner: str, ambiguous: bool, *, reserved: bool = False) -> None:
-        """Undo an acquire whose reply we never saw (it may have succeeded), and our reservation."""
+        """Undo an acquire whose reply we never saw (it may have succeeded), and our reservation.
+
+        Both best effort: if a write fails, waiters take the key over one lease later,
+        as from a dead holder.
+        """
         if reserved:
-            try:
-                self._call(
-                    "update_item", "give up a reservation",
-                    Key=self._key(stored),
-                    UpdateExpression="REMOVE #reserved_by",
-                    ConditionExpression="#reserved_by = :me",
-                    ExpressionAttributeNames=self._names(it.RESERVED_BY),
-                    ExpressionAttributeValues={":me": {"S": owner}},
-                )
-            except (ClientError, DynLockError) as exc:
-                # Taken over one lease after the release, like a dead holder.
-                logger.info("could not give up the reservation of %r: %s", stored, exc)
-        if not ambiguous:
-            return
-        slot, tag = it.release_slot(owner)
+            self._try_update(
+                stored, "give up a reservation", "REMOVE #reserved_by", "#reserved_by = :me",
+                self._names(it.RESERVED_BY), {":me": {"S": owner}},
+            )
+        if ambiguous:
+            slot, tag = it.release_slot(owner)
+            self._try_update(
+                stored, "undo an unconfirmed acquire",
+                "SET #released_at = :now, #released_by = :me, #slot = :tag REMOVE #owner", "#owner = :me",
+                {**self._names(it.OWNER, it.RELEASED_AT, it.RELEASED_BY), "#slot": slot},
+                {":me": {"S": owner}, ":now": it.num(time.time()), ":tag": {"S": tag}},
+            )
+
+    def _try_update(
+        self, stored: str, action: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]
+    ) -> None:
         try:
             self._call(
-                "update_item", "undo an unconfirmed acquire",
-                Key=self._key(stored),
-                UpdateExpression="SET #released_at = :now, #released_by = :me, #slot = :tag REMOVE #owner",
-                ConditionExpression="#owner = :me",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.RELEASED_AT, it.RELEASED_BY), "#slot": slot},
-                ExpressionAttributeValues={":me": {"S": owner}, ":now": it.num(time.time()), ":tag": {"S": tag}},
+                "update_item", action, Key=self._key(stored), UpdateExpression=update, ConditionExpression=condition,
+                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
             )
         except (ClientError, DynLockError) as exc:
-            # Not ours or unreachable: either way waiters take over after one lease.
-            logger.info("could not undo an unconfirmed acquire of %r: %s", stored, exc)
+            logger.info("could not %s of %r: %s", action, stored, exc)
 
     # -- many keys ------------------------------------------------------------
     def acquire_many(
@@ -801,6 +801,10 @@ class LockClient:
 
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
+        if lease._release_pending:
+            lease._release_pending = False
+            self._release_remote(lease, quiet=True)  # schedules itself again if it fails again
+            return None
         if not lease.needs_renewal or self._closed:
             return None
         period = self._period(lease.lease_seconds)
@@ -817,8 +821,14 @@ class LockClient:
                 logger.warning("renewing %r failed, lease at risk: %s", lease, exc)
                 self._emit("at_risk", lease, error=exc)
             # Retry well before the lease runs out; the loop marks it lost at its end.
-            return max(self.options.min_retry_delay, min(period / 3, lease.remaining() / 3))
+            return self._retry_delay(lease)
         return period * random.uniform(0.85, 1.0)
+
+    def _retry_delay(self, lease: Lease) -> float:
+        # Read the validity directly: a lease whose release is being retried no longer
+        # counts as held, so remaining() is 0 for it.
+        left = max(0.0, lease.valid_until - time.monotonic())
+        return max(self.options.min_retry_delay, min(self._period(lease.lease_seconds) / 3, left / 3))
 
     # -- release ----------------------------------------------------------------
     def _release(self, lease: Lease) -> None:
@@ -863,9 +873,10 @@ class LockClient:
                 item = self._old_item(exc, lease.stored_key)
             except DynLockError as read_error:
                 # Our release may well have been applied (its reply lost); we cannot tell
-                # now. The lease is no longer renewed either way.
+                # now. Trying it again will: it recognises its own earlier success.
                 if not quiet:
-                    logger.warning("could not confirm the release of %r: %s", lease, read_error)
+                    logger.warning("could not confirm the release of %r, retrying in the background: %s", lease, read_error)
+                self._release_later(lease)
                 return
             info = self._info(item)
             if info is not None and (
@@ -885,12 +896,26 @@ class LockClient:
         except DynLockError as exc:
             if not quiet:
                 # The work ran under a valid lease; only freeing it early failed.
-                # It stops being renewed, so waiters take over within one lease.
-                logger.warning("could not release %r; it will expire within its lease: %s", lease, exc)
+                logger.warning("could not release %r, retrying in the background: %s", lease, exc)
+            self._release_later(lease)
             return
         if expired_locally:
             # Owner and fence were unchanged: nobody held the key in between.
             logger.warning("%r was released after its local validity ended; nobody else had taken it", lease)
+
+    def _release_later(self, lease: Lease) -> None:
+        """Have the heartbeat thread try a failed release again, while the lease is valid.
+
+        Safe to repeat: the release is conditioned on our owner id and recognises its
+        own earlier success. Without it the key would stand idle until waiters take
+        it over, one lease later. Past the lease's validity it is no longer ours to
+        free early, so waiters take over as from a crashed holder.
+        """
+        if self._closed or time.monotonic() >= lease.valid_until:
+            logger.warning("gave up releasing %r: waiters take it over within one lease", lease)
+            return
+        lease._release_pending = True
+        self._heartbeater.schedule(lease, time.monotonic() + self._retry_delay(lease))
 
     # -- inspection and operations ------------------------------------------------
     def get(self, key: str, *, include_released: bool = False) -> LeaseInfo | None:

@@ -59,7 +59,7 @@ class Heartbeater:
         with self._cond:
             self._dead += 1
             if self._dead > max(64, len(self._heap) // 2):
-                self._heap = [entry for entry in self._heap if entry[2].needs_renewal]
+                self._heap = [entry for entry in self._heap if entry[2].needs_heartbeat]
                 heapq.heapify(self._heap)
                 self._dead = 0
 

@@ -88,6 +88,7 @@ class LeaseInfo:
     released_at: dt.datetime | None = None
     released_by: str | None = None
     break_reason: str | None = None
+    reserved_by: str | None = None  # a starving waiter's owner id: the next turn is its
     host: str | None = None
     pid: int | None = None
     thread: str | None = None
@@ -136,6 +137,7 @@ class LeaseInfo:
             released_at=_ts(_n(item, RELEASED_AT)),
             released_by=_s(item, RELEASED_BY),
             break_reason=_s(item, BREAK_REASON),
+            reserved_by=_s(item, RESERVED_BY),
             host=_s(item, HOST),
             pid=int(pid) if pid is not None else None,
             thread=_s(item, THREAD),

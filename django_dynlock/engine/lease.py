@@ -63,6 +63,8 @@ class Lease:
         self._renew_lock = threading.Lock()
         self._state = LeaseState.HELD
         self._lost: LockLost | None = None
+        # A release that could not reach DynamoDB, retried by the heartbeat thread.
+        self._release_pending = False
         self.lease_seconds = lease_seconds
         self._valid_until = 0.0
         self._renewed(sent_at, lease_seconds)
@@ -139,6 +141,11 @@ class Lease:
     @property
     def needs_renewal(self) -> bool:
         return self._state in (LeaseState.HELD, LeaseState.AT_RISK)
+
+    @property
+    def needs_heartbeat(self) -> bool:
+        """Whether the heartbeat thread still has work for it: a renewal or a release retry."""
+        return self.needs_renewal or self._release_pending
 
     @property
     def lost_reason(self) -> str | None:

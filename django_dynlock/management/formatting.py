@@ -39,10 +39,13 @@ def ago(when: dt.datetime | None, now: dt.datetime) -> str:
 
 
 def state(info: LeaseInfo, now: dt.datetime) -> str:
-    """``held``, ``expired`` (an owner whose stored expiry passed), ``released`` or ``broken``."""
+    """``held``, ``expired`` (an owner whose stored expiry passed), ``reserved`` (free, but the
+    next turn is a waiter's), ``released`` or ``broken``."""
     if info.is_held:
         left = info.expires_in(now)
         return "expired" if left is not None and left < 0 else "held"
+    if info.reserved_by:
+        return "reserved"
     return "broken" if info.was_broken else "released"
 
 
@@ -94,6 +97,7 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
         "released_at": _iso(info.released_at),
         "released_by": info.released_by,
         "break_reason": info.break_reason,
+        "reserved_by": info.reserved_by,
     }
 
 

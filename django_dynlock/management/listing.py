@@ -22,7 +22,7 @@ MAX_WIDTH = 48  # no column gets wider than this from the sample alone
 
 CSV_FIELDS = (
     "key", "state", "token", "host", "pid", "thread", "holder", "owner", "acquired_at", "expires_at",
-    "expires_in", "lease_seconds", "released_at", "released_by", "break_reason",
+    "expires_in", "lease_seconds", "released_at", "released_by", "break_reason", "reserved_by",
 )
 
 

@@ -151,3 +151,15 @@ def test_a_release_whose_check_read_fails_does_not_raise(dynalite_server):
                 holder.close()
     finally:
         delete_table(endpoint, table)
+
+
+def test_a_release_that_cannot_get_through_is_retried_in_the_background(proxied):
+    proxy, holder, rival = proxied
+    lease = holder.acquire("stuck", wait=5)
+    proxy.add_fault("http500", operation="UpdateItem", match=is_release, times=3)  # all of its quick tries
+    lease.release()  # returns: the work is done, only freeing the key failed so far
+    started = time.monotonic()
+    freed = rival.acquire("stuck", wait=2.5)
+    # Freed by the heartbeat thread's retry, not taken over one lease (3 s) later.
+    assert time.monotonic() - started < 1.5
+    freed.release()
