@@ -242,8 +242,11 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
             lib = lst["library"]
             return f"{lib['median_s']:.2f} s ({lib['calls']} Scan)"
         if n == "floor":
-            same, big = lst["floor_same_pages"], lst["floor_1mb_pages"]
-            return f"{same['median_s']:.2f} s ({same['calls']} Scan, same pages); {big['median_s']:.2f} s ({big['calls']} Scan, 1 MB pages)"
+            same, small = lst["floor_same_pages"], lst.get("floor_100_pages")
+            cell = f"{same['median_s']:.2f} s ({same['calls']} Scan, same pages)"
+            if small:
+                cell += f"; {small['median_s']:.2f} s ({small['calls']} Scan, 100-lease pages)"
+            return cell
         return "no listing API"
 
     leases = _get(server, "listing", "leases")

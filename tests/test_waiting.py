@@ -133,3 +133,16 @@ def test_the_reservation_of_a_dead_waiter_is_taken_over_after_one_lease(dynlock)
         lease.release()
     finally:
         newcomer.close()
+
+
+def test_a_reservation_only_lands_under_the_holder_it_was_made_for(dynlock):
+    """A reservation delayed in the network must not land under a later holder, after the
+    acquisition that made it has ended: nobody would ever use it."""
+    boto = dummy_client(dynlock.server.endpoint_url)
+    table, key = dynlock.options.table_name, {"key": {"S": "turn"}}
+    boto.put_item(TableName=table, Item={**key, "owner": {"S": "later-holder"}, "rvn": {"S": "r1"}})
+    assert not dynlock._reserve("turn", "waiter", "earlier-holder")
+    assert "reserved_by" not in boto.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
+    assert dynlock._reserve("turn", "waiter", "later-holder")
+    assert boto.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]["reserved_by"]["S"] == "waiter"
+    assert not dynlock._reserve("turn", "other-waiter", "later-holder")  # one reservation at a time

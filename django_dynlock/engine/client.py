@@ -46,8 +46,10 @@ Listener = Callable[..., None]
 # DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
 MAX_KEYS_PER_TRANSACTION = 100
 
-# A waiter sleeps at least this many of its last round trips between looks at a busy key.
+# A waiter sleeps at least this many of its last round trips between looks at a busy key,
+# but never more than this many MAX_RETRY_DELAYs for that reason.
 POLL_ROUND_TRIPS = 4
+POLL_DELAY_CAP = 10
 # A waiter that has waited this long (seconds), and seen the key go to others
 # meanwhile, reserves the next turn.
 STARVING_AFTER = 0.5
@@ -454,8 +456,11 @@ class LockClient:
                     if item is not None or not single:
                         last_item = item
                         watch = self._observe(watch, item, time.monotonic(), owner)
+                        if item:
+                            # Every acquire, takeovers included, removes the reservation.
+                            reserved = item.get(it.RESERVED_BY, {}).get("S") == owner
                         if item and not reserved and self._starving(item, owner, holders_seen, began):
-                            reserved = self._reserve(stored, owner)
+                            reserved = self._reserve(stored, owner, item[it.OWNER]["S"])
             now = time.monotonic()
             if single or now >= give_up_at:
                 self._abandon(stored, owner, ambiguous, reserved=reserved)
@@ -464,51 +469,66 @@ class LockClient:
                 info = self._info(last_item)
                 raise LockNotAcquired(key, holder=info, retry_after=self._retry_after(info, watch), waited=now - began)
             free = watch is None and error is None
-            if free and not write:
-                write = True  # a read showed it free: take it at once
+            # An earlier attempt of ours, delayed in the network, may have landed after
+            # we gave up waiting for its reply: the key is ours, but only a write tells
+            # us the token (and gives it a fresh rvn, so our lease starts no earlier than
+            # anyone's watch of it). Without it we would wait a whole lease for ourselves.
+            ours = error is None and bool(last_item) and last_item.get(it.OWNER, {}).get("S") == owner
+            if (free or ours) and not write:
+                write = True  # a read showed it free (or ours): take it at once
                 continue
             # A failed write is tried again (it recognises itself if it was applied), and
-            # so is one that failed on a key that looked free a moment later.
-            write = write and (error is not None or free)
-            # A slow reply means a busy server (or network): polling faster would only
-            # queue our reads in front of the holder's release. So never poll more often
-            # than every few round trips; on an idle server the backoff decides.
+            # so is one that failed on a key that looked free (or ours) a moment later.
+            write = write and (error is not None or free or ours)
             if reserved:
                 # The waiter with the next turn polls at the first step: the key idles until it looks.
                 delay = self._backoff(0)
             else:
-                delay = max(self._backoff(attempt), POLL_ROUND_TRIPS * (now - looked_at) * random.uniform(0.75, 1.25))
+                delay = max(self._backoff(attempt), self._busy_server_delay(now - looked_at, error))
             attempt += 1
             if watch is not None:
                 delay = min(delay, max(0.0, watch.takeover_at() - now))
             time.sleep(max(0.0, min(delay, give_up_at - now)))
+
+    def _busy_server_delay(self, took: float, error: DynLockError | None) -> float:
+        """At least a few round trips between polls: on a busy server, faster polls would
+        only queue our reads in front of the holder's release. A failed look (a timeout,
+        a reset) says nothing about load, and a cap keeps one slow reply from stalling a
+        waiter."""
+        if error is not None:
+            return 0.0
+        return min(POLL_ROUND_TRIPS * took, POLL_DELAY_CAP * self.options.max_retry_delay) * random.uniform(0.75, 1.25)
 
     def _starving(self, item: Mapping[str, Any], owner: str, holders_seen: set[str], began: float) -> bool:
         """Whether this waiter has waited a while, seen the key change hands, and nobody has the next turn."""
         current = item.get(it.OWNER, {}).get("S")
         if current is None or current == owner:
             return False
-        holders_seen.add(current)
+        if len(holders_seen) < 2:  # all we need to know: the key changed hands
+            holders_seen.add(current)
         return (
             len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
         )
 
-    def _reserve(self, stored: str, owner: str) -> bool:
-        """Claim the next turn on a held key; whether the claim may have been written.
+    def _reserve(self, stored: str, owner: str, holder: str) -> bool:
+        """Claim the next turn after ``holder``; whether the claim may have been written.
 
         Waiters poll, so whoever asks first after a release gets the key: usually the
         releaser itself, going round its loop. Go's sync.Mutex meets the same problem
         with a starvation mode; ours is this reservation. Only the acquire condition
-        reads it, so it can delay others but never let two hold the key.
+        reads it, so it can delay others but never let two hold the key. It is
+        conditioned on the holder we saw, not just on someone holding: a claim delayed
+        in the network must not land under a later holder, after this acquisition has
+        ended, and leave a reservation nobody will use.
         """
         try:
             self._call(
                 "update_item", "reserve a busy lock", attempts=1,
                 Key=self._key(stored),
                 UpdateExpression="SET #reserved_by = :me",
-                ConditionExpression="attribute_exists(#owner) AND #owner <> :me AND attribute_not_exists(#reserved_by)",
+                ConditionExpression="#owner = :holder AND attribute_not_exists(#reserved_by)",
                 ExpressionAttributeNames=self._names(it.OWNER, it.RESERVED_BY),
-                ExpressionAttributeValues={":me": {"S": owner}},
+                ExpressionAttributeValues={":me": {"S": owner}, ":holder": {"S": holder}},
             )
         except ClientError:
             return False  # released meanwhile, or someone else has the next turn

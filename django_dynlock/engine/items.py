@@ -25,7 +25,7 @@ HOST = "host"
 PID = "pid"
 THREAD = "thread"
 HOLDER = "holder"
-# The owner id of a waiter that lost the key to others twice and now has the next turn.
+# The owner id of a waiter that kept losing the key to others and now has the next turn.
 RESERVED_BY = "reserved_by"
 
 BREAK_PREFIX = "break:"

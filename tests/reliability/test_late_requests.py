@@ -8,7 +8,8 @@ Each was an engine bug found by this suite, shown here in its smallest form; all
 fixed (commit 4c81239: owner-only renew/release conditions, ``released_by <> :me`` in
 the acquire condition, waits that survive failing reads;
 commit ba950c8: release slots, a release that cannot confirm itself logs instead of
-raising) and stay as regression tests. See docs/reliability.md, "Engine problems this
+raising; later: failed releases retried in the background, a waiter that reads its own
+owner id confirms it with a write) and stay as regression tests. See docs/reliability.md, "Engine problems this
 suite found".
 """
 
@@ -163,3 +164,32 @@ def test_a_release_that_cannot_get_through_is_retried_in_the_background(proxied)
     # Freed by the heartbeat thread's retry, not taken over one lease (3 s) later.
     assert time.monotonic() - started < 1.5
     freed.release()
+
+
+def test_a_waiter_whose_delayed_attempt_lands_on_a_free_key_takes_it_at_once(proxied):
+    """Found by the soak run once waiters polled with reads: the waiter saw its own
+    owner id in the item and waited a whole lease for "the holder", itself."""
+    proxy, waiter, rival = proxied
+    waiter.try_acquire("warm").release()  # build its boto3 client now: the timeline below is tight
+    held = rival.acquire("self", wait=5)
+    proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=1.0)  # lands at ~1.0 s
+    got: list = []
+    started = time.monotonic()
+    thread = threading.Thread(target=lambda: got.append(waiter.acquire("self", wait=10)))
+    thread.start()
+    try:
+        time.sleep(0.5)  # its retry has failed (the rival holds the key); it polls with reads
+        proxy.add_fault("http500", operation="GetItem", times=10_000)  # blind it ...
+        time.sleep(0.05)  # (a read already past the proxy must not see the release)
+        held.release()  # ... while the key is free and its delayed first attempt lands
+        time.sleep(max(0.0, 1.3 - (time.monotonic() - started)))
+        assert not got
+        assert rival.get("self").owner is not None  # the delayed attempt took the key
+        proxy.clear_faults()
+        thread.join(10)
+        took = time.monotonic() - started
+        assert got and took < 2.3, took  # was: a whole lease (3 s) after it could see again
+        got[0].release()
+    finally:
+        proxy.clear_faults()
+        thread.join(10)
