@@ -858,6 +858,28 @@ def run_phase(result: dict[str, Any], kind: str, name: str, fn: Callable[[], Any
     return value
 
 
+def write_results(results: dict[str, Any], path: Path | None, prefix: str) -> Path:
+    """The raw results as JSON: at ``path``, or bench/results/<prefix>-<timestamp>.json."""
+    json_path = path or RESULTS_DIR / f"{prefix}-{time.strftime('%Y%m%d-%H%M%S')}.json"
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    json_path.write_text(json.dumps(results, indent=1, default=str))
+    return json_path
+
+
+def print_problems(results: dict[str, Any], engine_log: list[str]) -> bool:
+    """Print failed and skipped phases and the engine's log lines; whether any phase failed."""
+    failed = False
+    for s in results["servers"]:
+        for name, error in s["errors"].items():
+            failed = True
+            print(f"\n{s['server']}: {name} failed: {error}")
+        if s["skipped"]:
+            print(f"\n{s['server']}: skipped (time budget): {', '.join(s['skipped'])}")
+    if engine_log:
+        print("\nengine log:\n" + "\n".join(f"- {m}" for m in engine_log))
+    return failed
+
+
 # -- report -----------------------------------------------------------------------
 
 
@@ -1149,21 +1171,9 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     results["engine_log"] = collector.messages
 
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = args.json or RESULTS_DIR / f"engine-{stamp}.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=1))
-
+    json_path = write_results(results, args.json, "engine")
     print(markdown(results))
-    failed = False
-    for s in results["servers"]:
-        for name, error in s["errors"].items():
-            failed = True
-            print(f"\n{s['server']}: {name} failed: {error}")
-        if s["skipped"]:
-            print(f"\n{s['server']}: skipped (time budget): {', '.join(s['skipped'])}")
-    if collector.messages:
-        print("\nengine log:\n" + "\n".join(f"- {m}" for m in collector.messages))
+    failed = print_problems(results, collector.messages)
     print(f"\nraw results: {json_path}")
     if not args.no_plot:
         plot(results, args.plot)

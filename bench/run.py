@@ -42,7 +42,6 @@ from bench import contenders as cs
 from bench import engine, listing, report, suite
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
 IMG_DIR = REPO_ROOT / "docs" / "img"
 
 
@@ -345,21 +344,9 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     results["engine_log"] = collector.messages
 
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    json_path = args.json or RESULTS_DIR / f"bench-{stamp}.json"
-    json_path.parent.mkdir(parents=True, exist_ok=True)
-    json_path.write_text(json.dumps(results, indent=1, default=str))
-
+    json_path = engine.write_results(results, args.json, "bench")
     print(report.markdown(results))
-    failed = False
-    for s in results["servers"]:
-        for name, error in s["errors"].items():
-            failed = True
-            print(f"\n{s['server']}: {name} failed: {error}")
-        if s["skipped"]:
-            print(f"\n{s['server']}: skipped (time budget): {', '.join(s['skipped'])}")
-    if collector.messages:
-        print("\nengine log:\n" + "\n".join(f"- {m}" for m in collector.messages))
+    failed = engine.print_problems(results, collector.messages)
     print(f"\nraw results: {json_path}")
     if not args.no_plot:
         for path in report.plot_all(results, args.img_dir):

@@ -8,6 +8,7 @@ results into tables and plots. Every loop is bounded in count and in time.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import random
 import signal
@@ -15,7 +16,7 @@ import statistics
 import time
 import traceback
 import uuid
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 from bench.contenders import (
     DYNLOCK,
@@ -48,6 +49,23 @@ def _close(contender: Contender) -> None:
         contender.close()
     except Exception:
         pass
+
+
+@contextlib.contextmanager
+def _child_lane(spec: Spec, endpoint_url: str, conn: Any) -> Iterator[tuple[Contender, Any]]:
+    """In a child process: a contender and its first lane. A failure goes to the parent
+    as ``("error", traceback)`` instead of killing the child silently."""
+    quiet_peer_logs()
+    quiet_engine_logs()
+    contender = None
+    try:
+        contender = make_contender(spec, endpoint_url)
+        yield contender, contender.lane(0)
+    except Exception:
+        _send_error(conn)
+    finally:
+        if contender is not None:
+            _close(contender)
 
 
 # -- 1. API calls --------------------------------------------------------------------
@@ -266,12 +284,7 @@ def measure_condition_cost(endpoint_url: str, rounds: int = 6, per_round: int = 
 
 def handoff_holder(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
     """Child: acquire on request, release on request (time.time() taken just before)."""
-    quiet_peer_logs()
-    quiet_engine_logs()
-    contender = None
-    try:
-        contender = make_contender(spec, endpoint_url)
-        lane = contender.lane(0)
+    with _child_lane(spec, endpoint_url, conn) as (_, lane):
         conn.send(("ready",))
         handle = None
         for _ in range(max_messages):
@@ -291,21 +304,11 @@ def handoff_holder(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
                 handle = None
             else:
                 return
-    except Exception:
-        _send_error(conn)
-    finally:
-        if contender is not None:
-            _close(contender)
 
 
 def waiter_child(spec: Spec, endpoint_url: str, conn: Any, max_messages: int, idle_timeout: float) -> None:
     """Child: on request, block in acquire (with wait) and report when it returned."""
-    quiet_peer_logs()
-    quiet_engine_logs()
-    contender = None
-    try:
-        contender = make_contender(spec, endpoint_url)
-        lane = contender.lane(0)
+    with _child_lane(spec, endpoint_url, conn) as (contender, lane):
         conn.send(("ready",))
         for _ in range(max_messages):
             if not conn.poll(idle_timeout):
@@ -325,11 +328,6 @@ def waiter_child(spec: Spec, endpoint_url: str, conn: Any, max_messages: int, id
                 continue
             lane.release(handle)
             conn.send(("got", got, calls))
-    except Exception:
-        _send_error(conn)
-    finally:
-        if contender is not None:
-            _close(contender)
 
 
 def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
@@ -404,12 +402,7 @@ def measure_handoff(endpoint_url: str, spec: Spec, ctx: Any, samples: int, cap: 
 
 def contended_worker(spec: Spec, endpoint_url: str, key: str, hold: float, conn: Any) -> None:
     """Child: acquire -> sleep(hold) -> release on one key until the window ends."""
-    quiet_peer_logs()
-    quiet_engine_logs()
-    contender = None
-    try:
-        contender = make_contender(spec, endpoint_url)
-        lane = contender.lane(0)
+    with _child_lane(spec, endpoint_url, conn) as (contender, lane):
         lane.prepare(key)
         conn.send(("ready", os.getpid()))
         if not conn.poll(CHILD_START_TIMEOUT * 2):
@@ -433,11 +426,6 @@ def contended_worker(spec: Spec, endpoint_url: str, key: str, hold: float, conn:
             sections.append((lane.token(handle), tried, acquired, releasing, released))
         calls = contender.counter.take()
         conn.send(("result", os.getpid(), sections, calls))
-    except Exception:
-        _send_error(conn)
-    finally:
-        if contender is not None:
-            _close(contender)
 
 
 def measure_contended(endpoint_url: str, spec: Spec, ctx: Any, procs: int, hold: float, window: float,
@@ -564,11 +552,7 @@ def combine_contended(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def crash_holder(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
     """Child: acquire ``key``, say so, then idle (heartbeats running) until killed."""
-    quiet_peer_logs()
-    quiet_engine_logs()
-    try:
-        contender = make_contender(spec, endpoint_url)
-        lane = contender.lane(0)
+    with _child_lane(spec, endpoint_url, conn) as (_, lane):
         lane.prepare(key)
         handle = lane.acquire(key, 5.0)
         if handle is None:
@@ -576,8 +560,6 @@ def crash_holder(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
         conn.send(("held", time.time()))
         for _ in range(600):  # bounded: the orchestrator kills us long before
             time.sleep(0.2)
-    except Exception:
-        _send_error(conn)
 
 
 def crash_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
