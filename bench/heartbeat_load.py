@@ -47,7 +47,7 @@ from django_dynlock.engine import ClientOptions, LockClient  # noqa: E402
 from django_dynlock.engine.options import merge_client_config  # noqa: E402
 
 CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
-RENEWAL_PREFIX = "SET #rvn = :rvn, #lease_ms"  # the engine's renewal UpdateExpression
+RENEWAL_PREFIX = "SET #rvn = :rvn, #seq = :seq, #lease_ms"  # the engine's renewal UpdateExpression
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 

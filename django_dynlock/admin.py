@@ -137,7 +137,13 @@ class Row:
 
     @property
     def breakable(self) -> bool:
-        return self.info.is_held
+        return self.info.is_breakable
+
+
+def breakable(client: LockClient, key: str) -> LeaseInfo | None:
+    """What a break of ``key`` would end: its lease, or a waiter's reservation of a free key."""
+    info = client.get(key, include_released=True)
+    return info if info is not None and info.is_breakable else None
 
 
 def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
@@ -304,6 +310,7 @@ class LeaseAdmin(admin.ModelAdmin):
             # The one DynamoDB call of this page.
             infos, last_key = client.scan_page(query, include_released=include_all, start=start, limit=self.list_per_page)
             next_cursor = encode_cursor(last_key, client.options.key_attribute)
+            now = client.server_datetime()  # lease times are DynamoDB's clock
         except DynLockError as exc:
             error = problem(exc, alias)
             infos = []
@@ -342,7 +349,9 @@ class LeaseAdmin(admin.ModelAdmin):
         now = dt.datetime.now(dt.timezone.utc)
         try:
             alias = self._alias(request)
-            info = get_lock_client(alias).get(key, include_released=True)
+            client = get_lock_client(alias)
+            info = client.get(key, include_released=True)
+            now = client.server_datetime()
         except DynLockError as exc:
             error, info = problem(exc, alias), None
         raw = ""
@@ -403,6 +412,7 @@ class LeaseAdmin(admin.ModelAdmin):
         try:
             alias = self._alias(request)
             client = get_lock_client(alias)
+            now = client.server_datetime()
             if request.method == "POST":
                 posted_token = self._token(request.POST.get("token"))
                 reason, reason_error = self._reason(request)
@@ -415,13 +425,13 @@ class LeaseAdmin(admin.ModelAdmin):
                         messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
                         return HttpResponseRedirect(self._url("changelist", alias=alias))
                     status = 409
-                info = client.get(key)
+                info = breakable(client, key)
                 if status == 409:
                     messages.warning(request, self._not_broken(key, posted_token, info, now))
                 else:
                     status = 400
             else:
-                info = client.get(key)
+                info = breakable(client, key)
         except UnknownAlias as exc:
             error, status = problem(exc, alias), 400 if request.method == "POST" else 200
         except DynLockError as exc:
@@ -474,8 +484,9 @@ class LeaseAdmin(admin.ModelAdmin):
         error = None
         try:
             client = get_lock_client(alias)
+            now = client.server_datetime()
             for key in keys:
-                info = client.get(key)
+                info = breakable(client, key)
                 items.append((key, self._rows([info], alias, now)[0] if info is not None else None))
         except DynLockError as exc:
             error = problem(exc, alias)

@@ -188,12 +188,11 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
                                  f"(connect + read timeout) + backoff), more than half of LEASE_DURATION ({lease}s).",
                                  "A slow heartbeat could outlast the lease: lower connect_timeout, read_timeout or "
                                  "retries.total_max_attempts, or lengthen LEASE_DURATION."))
-        skew = values["MAX_CLOCK_SKEW"]
-        if skew is not None and skew >= lease:
+        if values["MAX_CLOCK_SKEW"] is not None:
             found.append(Problem("dynlock.W002",
-                                 f"{_where(alias, 'MAX_CLOCK_SKEW')} ({skew}s) is not shorter than LEASE_DURATION ({lease}s): "
-                                 "the skew-based takeover can never be faster than the default one.",
-                                 "Set MAX_CLOCK_SKEW to the real bound on your hosts' clock differences (e.g. 1.0), or None."))
+                                 f"{_where(alias, 'MAX_CLOCK_SKEW')} is set, but no longer used: every acquire now takes "
+                                 "over an expired lease by DynamoDB's own clock, which no host's clock can move.",
+                                 "Remove MAX_CLOCK_SKEW from the alias."))
     return found
 
 

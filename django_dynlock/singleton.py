@@ -5,12 +5,9 @@ share :func:`run_singleton`: take the lease (or report "busy"), run the body whi
 the heartbeat renews it, then release it or, with ``at_least``, leave it held for
 the rest of that time so the other hosts' runs of the same schedule skip.
 
-Keeping the lease for the rest of ``at_least``: where the alias trusts wall clocks
-(``MAX_CLOCK_SKEW`` set) the lease is left to run out by its stored expiry and the
-process exits at once; otherwise the process keeps renewing it and releases it when
-``at_least`` is over, because without a clock bound only a waiter that watched the
-key for a whole lease could take it over, and a cron run that does not wait never
-would.
+Keeping the lease for the rest of ``at_least``: the run stamps the lease's expiry
+that far ahead (``Lease.keep_for``) and exits at once. Every later run, on any host,
+takes the key as soon as that expiry has passed by DynamoDB's clock.
 
 A lease that ends while the body runs (outage, operator's breaklock) cannot stop
 the body: the body can check ``self.dynlock_lease.raise_if_lost()`` before its side
@@ -39,18 +36,10 @@ T = TypeVar("T")
 Handle = Callable[..., Any]
 
 
-def busy_message(busy: LockNotAcquired, *, trusts_clocks: bool) -> str:
+def busy_message(busy: LockNotAcquired, now: dt.datetime) -> str:
     message = f"Skipped: lock {busy.key!r} is busy"
-    holder = busy.holder
-    if holder is not None:
-        now = dt.datetime.now(dt.timezone.utc)
-        message += f" ({fmt.summary(holder, now)})"
-        left = holder.expires_in(now)
-        if left is not None and left < 0 and not trusts_clocks:
-            # Without MAX_CLOCK_SKEW a dead holder (or an ended --at-least) is only taken
-            # over by a waiter that watches it for a full lease: a --wait 0 run never does.
-            message += (". Its holder stopped renewing: set MAX_CLOCK_SKEW on the alias, wait longer than "
-                        "its lease (--wait), or free it with breaklock")
+    if busy.holder is not None:
+        message += f" ({fmt.summary(busy.holder, now)})"
     return message + "."
 
 
@@ -80,7 +69,7 @@ def run_singleton(
         try:
             held = client.acquire(key, wait=wait, lease=lease, holder=holder)
         except LockNotAcquired as busy:
-            message = busy_message(busy, trusts_clocks=client.options.max_clock_skew is not None)
+            message = busy_message(busy, client.server_datetime())
             if busy_exit:
                 raise CommandError(message, returncode=busy_exit) from None
             if verbosity >= 1:
@@ -105,17 +94,15 @@ def _finish(held: Lease, command: BaseCommand, at_least: float, started: float) 
     """Release, or keep the lease for what remains of ``at_least``. Never raises."""
     keep = at_least - (time.monotonic() - started)
     try:
-        if keep > 0 and held.client.options.max_clock_skew is not None:
+        if keep > 0:
             try:
                 held.keep_for(keep)
                 return
             except DynLockError as exc:
                 if not held.is_held:
                     raise
-                # Could not shorten the lease: release instead (it is retried and logged).
+                # Could not restamp the lease: release instead (it is retried and logged).
                 logger.warning("could not keep %r for %.1fs, releasing it: %s", held, keep, exc)
-        elif keep > 0:
-            _hold_until(held, time.monotonic() + keep)
         held.release()
     except DynLockError as exc:
         # The body is done; its outcome is what the caller must see. Say that the
@@ -123,15 +110,6 @@ def _finish(held: Lease, command: BaseCommand, at_least: float, started: float) 
         logger.warning("singleton lease ended before the run finished: %s", exc)
         command.stderr.write(f"Warning: the lock ended before the run finished: {exc}",
                              style_func=command.style.WARNING)
-
-
-def _hold_until(held: Lease, until: float) -> None:
-    """Sleep while the heartbeat renews the lease (Ctrl-C ends the wait early)."""
-    try:
-        while held.is_held and (left := until - time.monotonic()) > 0:
-            time.sleep(min(left, 0.5))
-    except KeyboardInterrupt:
-        pass
 
 
 def default_key(command: BaseCommand) -> str:

@@ -48,7 +48,7 @@ def ids(setting) -> list[str]:
         ({"default": {"TTL_ATTRIBUTE": "owner"}}, "dynlock.E014"),
         ({"default": {"KEY_ATTRIBUTE": "k", "TTL_ATTRIBUTE": "k"}}, "dynlock.E014"),
         ({"default": {"CLIENT_CONFIG": {"read_timeout": 60, "connect_timeout": 60}}}, "dynlock.W001"),
-        ({"default": {"MAX_CLOCK_SKEW": 60}}, "dynlock.W002"),
+        ({"default": {"MAX_CLOCK_SKEW": 1.0}}, "dynlock.W002"),
     ],
 )
 def test_each_check_id_fires_on_its_bad_setting(settings, setting, expected):

@@ -87,7 +87,9 @@ def test_tokens_increase_across_release_break_and_item_deletion(dynlock):
     tokens.append(lease.token)
     assert dynlock.break_lease("fence", token=lease.token, reason="test")
     tokens.append(dynlock.acquire("fence").token)
-    # What TTL does to an idle item: the counter restarts from the clock, still higher.
+    # What TTL does to an idle item, which it does no sooner than a lease + RETENTION
+    # after the last write: the counter restarts from the clock, still higher.
+    time.sleep(1.1)
     dummy_client(dynlock.server.endpoint_url).delete_item(TableName=dynlock.options.table_name, Key={"key": {"S": "fence"}})
     other = other_client(dynlock)
     tokens.append(other.acquire("fence").token)
@@ -95,19 +97,75 @@ def test_tokens_increase_across_release_break_and_item_deletion(dynlock):
     assert tokens == sorted(tokens) and len(set(tokens)) == len(tokens)
 
 
-def test_takeover_of_a_dead_holder_after_watching_one_full_lease(dynlock):
+def sent_times(client: LockClient, operation: str = "UpdateItem") -> list[float]:
+    """The monotonic send times of ``client``'s requests of one kind, as they happen."""
+    sent: list[float] = []
+    client.boto.meta.events.register(f"before-send.dynamodb.{operation}", lambda **_: sent.append(time.monotonic()))
+    return sent
+
+
+def test_a_dead_holder_is_taken_over_once_its_expiry_passes_by_dynamodbs_clock(dynlock):
     dead = other_client(dynlock)
     dead_lease = dead.acquire("crash", lease=1.5)
     dead._heartbeater.stop()  # the holder "crashes": no more heartbeats, no release
     waiter = other_client(dynlock)
+    sent = sent_times(waiter)
     try:
         started = time.monotonic()
         lease = waiter.acquire("crash", wait=5.0)
         took = time.monotonic() - started
         assert lease.token > dead_lease.token
-        assert 1.5 <= took < 2.5, took  # one full lease of watching, not less
-        assert not dead_lease.is_held  # its local validity ended before the takeover
+        # The takeover was sent after the dead holder stopped trusting its lease ...
+        assert sent[-1] > dead_lease.valid_until
+        # ... and within lease + 3 s (the promised bound) of its last write.
+        assert took < 1.5 + 3.0, took
         lease.release()
+    finally:
+        waiter.close()
+        dead.close()
+
+
+def test_a_late_waiter_takes_over_at_the_stored_expiry_not_a_lease_after_it_arrives(dynlock):
+    dead = other_client(dynlock)
+    dead.try_acquire("warm-up").release()
+    acquired_at = time.monotonic()
+    dead_lease = dead.acquire("late", lease=3.0)
+    dead._heartbeater.stop()
+    waiter = other_client(dynlock)
+    sent = sent_times(waiter)
+    time.sleep(1.5)  # arrive late: watching alone would now take a full 3 s more
+    try:
+        lease = waiter.acquire("late", wait=5.0)
+        took = time.monotonic() - acquired_at
+        assert sent[-1] > dead_lease.valid_until
+        # The stored expiry, plus what each of the two clients did not know of DynamoDB's clock.
+        assert took < 3.0 + dead.clock.uncertainty() + waiter.clock.uncertainty() + 0.3, took
+        assert took < 4.5  # well before a whole lease of watching after arriving
+        lease.release()
+    finally:
+        waiter.close()
+        dead.close()
+
+
+def test_short_attempts_add_up_to_a_watch_of_a_whole_lease_without_dynamodbs_clock(dynlock):
+    """The fallback when replies tell nothing of DynamoDB's clock: each attempt is short,
+    but the client remembers the record version it saw, so they add up."""
+    dead = other_client(dynlock)
+    dead_lease = dead.acquire("watched", lease=1.5)
+    dead._heartbeater.stop()
+    waiter = other_client(dynlock)
+    waiter.clock.observe = lambda *args: None  # a server whose replies carry no Date
+    try:
+        started = time.monotonic()
+        taken = None
+        for _ in range(40):
+            taken = waiter.try_acquire("watched")
+            if taken is not None:
+                break
+            time.sleep(0.2)
+        assert taken is not None and taken.token > dead_lease.token
+        assert 1.5 <= time.monotonic() - started < 2.5  # one lease after the first look
+        taken.release()
     finally:
         waiter.close()
         dead.close()
@@ -125,26 +183,6 @@ def test_heartbeats_keep_a_lease_past_its_duration(dynlock):
     finally:
         other.close()
     lease.release()
-
-
-def test_skew_takeover_uses_the_stored_expiry(dynlock):
-    dead = other_client(dynlock)
-    dead.try_acquire("warm-up").release()
-    acquired_at = time.monotonic()
-    dead.acquire("skew", lease=3.0)
-    dead._heartbeater.stop()
-    waiter = other_client(dynlock, max_clock_skew=0.2)
-    waiter.try_acquire("warm-up").release()
-    time.sleep(1.5)  # arrive late: watching alone would now take a full 3 s more
-    try:
-        lease = waiter.acquire("skew", wait=5.0)
-        took = time.monotonic() - acquired_at
-        # stored expiry (3 s after the acquire was prepared) + 0.2 s skew
-        assert 3.2 <= took < 3.9, took
-        lease.release()
-    finally:
-        waiter.close()
-        dead.close()
 
 
 def test_break_makes_the_holder_lose_its_lease(dynlock):

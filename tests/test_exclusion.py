@@ -96,7 +96,7 @@ def is_acquire(body):
 
 
 def is_renewal(body):
-    return body.get("UpdateExpression", "").startswith("SET #rvn = :rvn, #lease_ms")
+    return body.get("UpdateExpression", "").startswith("SET #rvn = :rvn, #seq = :seq, #lease_ms")
 
 
 def is_release(body):

@@ -97,20 +97,13 @@ def test_options_reach_the_lease(dynlock):
 
 
 @MOTO
-def test_at_least_keeps_the_lock(dynlock, settings):
-    settings.DYNLOCK = {"default": {**settings.DYNLOCK["default"], "MAX_CLOCK_SKEW": 0.0}}
+def test_at_least_keeps_the_lock(dynlock):
+    started = time.monotonic()
     run(KeptAtLeast())
+    assert time.monotonic() - started < 2.0  # returns at once: the stored expiry keeps the key
     kept = get_lock_client().get("command:test_singleton")
     assert kept is not None and 0 < kept.lease_seconds <= 2.0
     assert "Skipped" in run(Bare())
-
-
-@MOTO
-def test_at_least_without_clock_skew_holds_until_it_is_over(dynlock):
-    started = time.monotonic()
-    run(KeptAtLeast())
-    assert time.monotonic() - started >= 2.0
-    assert dynlock.get("command:test_singleton") is None
 
 
 @MOTO

@@ -7,6 +7,7 @@ docs/protocol.md for the design and the reasoning behind each condition.
 
 from __future__ import annotations
 
+import datetime as dt
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ import threading
 import time
 import uuid
 import weakref
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -30,8 +32,9 @@ from ..exceptions import (
     LockNotAcquired,
 )
 from . import items as it
+from .clock import DRIFT, ServerClock, reply_date
 from .connection import build_boto_client
-from .errors import error_code, may_have_applied, translate
+from .errors import error_code, may_have_applied, safe_endpoint, translate
 from .gates import Gates
 from .heartbeat import Heartbeater
 from .items import LeaseInfo
@@ -53,8 +56,32 @@ POLL_DELAY_CAP = 10
 # A waiter that has waited this long (seconds), and seen the key go to others
 # meanwhile, reserves the next turn.
 STARVING_AFTER = 0.5
+# A reservation that its waiter has not used this long (seconds by DynamoDB's clock)
+# after the release lapses: a waiter that died must not hold up the others.
+RESERVATION_GRACE = 2.0
+# A client's first write, before any reply told it DynamoDB's clock, stamps the
+# expiry with this host's wall clock; if the reply shows that stamp off by more than
+# this (seconds), the acquire rewrites it at once, so that no host's clock decides
+# when its lease may be taken over.
+STAMP_TOLERANCE = 1.0
+# What a client remembers of busy keys between calls (their record versions), so that
+# repeated short attempts add up to a watch of a whole lease.
+WATCHES_KEPT = 1024
+# How long a release that cannot reach DynamoDB is retried in the background (seconds).
+RELEASE_RETRY_FOR = 600.0
 
 _live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
+
+
+@dataclass
+class _Attempt:
+    """One acquisition's attempts: its owner id, the sequence number of its last write,
+    whether a write may have landed unseen, and whether it holds the next turn."""
+
+    owner: str
+    seq: int = 0
+    ambiguous: bool = False
+    reserved: bool = False
 
 
 @dataclass
@@ -92,6 +119,8 @@ class LockClient:
         # What the server supports, learnt on first use (dynalite lacks all three).
         self.returns_item_on_failure: bool | None = None
         self.has_transactions: bool | None = None
+        # DynamoDB's clock as this client can bound it; see clock.py.
+        self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
         self._init_process_state()
         _live_clients.add(self)
 
@@ -101,6 +130,8 @@ class LockClient:
         self._lock = threading.Lock()
         self._gates = Gates()
         self._held: set[Lease] = set()
+        self._watches: OrderedDict[str, _Watch] = OrderedDict()
+        self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
         self._heartbeater = Heartbeater(self._heartbeat, name=f"dynlock-heartbeat-{self.options.alias}")
 
     def _after_fork(self) -> None:
@@ -122,7 +153,10 @@ class LockClient:
         if self._boto is None:
             with self._lock:
                 if self._boto is None:
-                    self._boto = build_boto_client(self.options)
+                    try:
+                        self._boto = build_boto_client(self.options)
+                    except BotoCoreError as exc:  # no region, an unknown profile, ...
+                        raise self._translate(exc, "build the DynamoDB client") from exc
         return self._boto
 
     def _check_open(self) -> None:
@@ -158,7 +192,7 @@ class LockClient:
             self._said.add(topic)
             logger.warning(message, *args)
 
-    def _call(self, operation: str, action: str, *, attempts: int = CALL_ATTEMPTS, **params: Any) -> dict[str, Any]:
+    def _call(self, operation: str, action: str, *, attempts: int = CALL_ATTEMPTS, table: bool = True, **params: Any) -> dict[str, Any]:
         """One API request, retried quickly on transient failures.
 
         A failed condition is raised as the ClientError it is; every other botocore
@@ -166,9 +200,11 @@ class LockClient:
         backoff sleeps up to a second: every write of ours is safe to repeat, because
         its condition recognises our own earlier success.
         """
+        if table:
+            params["TableName"] = self.options.table_name
         for attempt in range(attempts):
             try:
-                return getattr(self.boto, operation)(TableName=self.options.table_name, **params)
+                return self._send(operation, params)
             except ClientError as exc:
                 if error_code(exc) in ("ConditionalCheckFailedException", "TransactionCanceledException"):
                     raise
@@ -179,6 +215,18 @@ class LockClient:
                 raise error
             time.sleep(self._backoff(attempt))
         raise AssertionError("unreachable")
+
+    def _send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One botocore call; its reply's Date header narrows our view of DynamoDB's clock."""
+        method = getattr(self.boto, operation)
+        sent = time.monotonic()
+        try:
+            reply = method(**params)
+        except ClientError as exc:
+            self.clock.observe(sent, time.monotonic(), reply_date(exc.response))
+            raise
+        self.clock.observe(sent, time.monotonic(), reply_date(reply))
+        return reply
 
     def _translate(self, exc: BaseException, action: str) -> DynLockError:
         error = translate(exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action)
@@ -317,13 +365,91 @@ class LockClient:
         self._gates.leave(lease.stored_key)
         self._heartbeater.discard(lease)
 
+    # -- DynamoDB's clock --------------------------------------------------------
+    def _stamp(self, at: float) -> float:
+        """The time a write sent at monotonic ``at`` stamps into the item.
+
+        The latest DynamoDB's clock can read then, so that no stored expiry comes
+        earlier than its holder expects; this host's wall clock only for a client's
+        very first request, before any reply (see STAMP_TOLERANCE).
+        """
+        latest = self.clock.latest(at)
+        return latest if latest is not None else time.time()
+
+    def _holder_end(self, sent: float, lease_seconds: float, expires: float) -> float:
+        """Until when (monotonic) a write sent at ``sent`` that stored ``expires`` may be trusted, before the margin.
+
+        Never past a lease after the send, and never past the moment DynamoDB's clock
+        could reach the stored expiry, which is when takers may take the key.
+        """
+        end = sent + lease_seconds
+        now = time.monotonic()
+        latest = self.clock.latest(now)
+        if latest is not None:
+            end = min(end, now + (expires - latest) / (1.0 + DRIFT))
+        return end
+
+    def server_time(self) -> float:
+        """DynamoDB's clock now (epoch seconds), as this client estimates it from its replies."""
+        return self.clock.now()
+
+    def server_datetime(self) -> dt.datetime:
+        """:meth:`server_time` as an aware UTC datetime: the "now" to show lease times against."""
+        return dt.datetime.fromtimestamp(self.clock.now(), tz=dt.timezone.utc)
+
+    def _expired(self, item: Mapping[str, Any] | None, at: float) -> bool:
+        """Whether DynamoDB's clock, even at its earliest reading, lets us take the key (see below)."""
+        due = self._takeover_by_clock_in(item, at)
+        return due is not None and due <= 0
+
+    def _takeover_by_clock_in(self, item: Mapping[str, Any] | None, at: float) -> float | None:
+        """Seconds until DynamoDB's clock lets us take the key: the holder's expiry, or a lapsed reservation."""
+        earliest = self.clock.earliest(at)
+        if not item or earliest is None:
+            return None
+        if it.OWNER in item:
+            deadline = it.number(item, it.EXPIRES_AT)
+        elif it.RESERVED_BY in item:
+            released = it.number(item, it.RELEASED_AT)
+            deadline = None if released is None else released + RESERVATION_GRACE
+        else:
+            return None
+        # The earliest reading grows a little slower than our clock (DRIFT).
+        return None if deadline is None else (deadline - earliest) / (1.0 - DRIFT)
+
+    def _takeover_in(self, item: Mapping[str, Any] | None, watch: _Watch | None, at: float) -> float | None:
+        """Seconds until a write may take a busy key: by DynamoDB's clock, or after watching it a whole lease."""
+        due = [d for d in (self._takeover_by_clock_in(item, at), watch.takeover_at() - at if watch else None) if d is not None]
+        return min(due) if due else None
+
+    # -- what a client remembers of busy keys ---------------------------------------
+    def _remembered(self, stored: str) -> _Watch | None:
+        with self._lock:
+            return self._watches.get(stored)
+
+    def _remember(self, stored: str, watch: _Watch | None) -> None:
+        with self._lock:
+            if watch is None:
+                self._watches.pop(stored, None)
+                return
+            self._watches[stored] = watch
+            self._watches.move_to_end(stored)
+            while len(self._watches) > WATCHES_KEPT:
+                self._watches.popitem(last=False)
+
+    # -- acquire attempts --------------------------------------------------------------
     def _acquire_request(
-        self, stored: str, owner: str, lease_seconds: float, holder: Mapping[str, Any] | None, takeover_rvn: str | None
-    ) -> dict[str, Any]:
-        """The UpdateItem parameters of one acquire attempt (shared with transactions)."""
-        now = time.time()
+        self, stored: str, owner: str, seq: int, lease_seconds: float, holder: Mapping[str, Any] | None,
+        takeover_rvn: str | None,
+    ) -> tuple[dict[str, Any], float]:
+        """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
+        self.boto  # built before the stamp is taken: building it takes a while the first time
+        at = time.monotonic()
+        stamp = self._stamp(at)
+        earliest = self.clock.earliest(at)
+        expires = stamp + lease_seconds
         names = self._names(
-            it.OWNER, it.RVN, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
+            it.OWNER, it.RVN, it.SEQ, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
             it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT, it.RESERVED_BY,
         )
         slot, tag = it.release_slot(owner)
@@ -332,38 +458,49 @@ class LockClient:
         values = {
             ":me": {"S": owner},
             ":rvn": {"S": uuid.uuid4().hex},
+            ":seq": it.num(seq),
             ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
-            ":expires": it.num(now + lease_seconds),
-            ":now": it.num(now),
+            ":expires": it.num(expires),
+            ":now": it.num(self.clock.now()),
             ":host": {"S": socket.gethostname()},
             ":pid": it.num(os.getpid()),
             ":thread": {"S": threading.current_thread().name},
             ":holder": it.holder_map(holder),
-            ":gc": self._gc_at(now, lease_seconds),
+            ":gc": self._gc_at(stamp, lease_seconds),
             # A key whose item was deleted by TTL starts again from the clock in µs,
-            # above every token issued before (unless a million were issued a second).
-            ":base": it.num(int(now * 1_000_000)),
+            # above every token issued before (unless a million were issued a second):
+            # TTL deletes the item no sooner than a lease + RETENTION after its last
+            # write, far more than any client's error about DynamoDB's clock.
+            ":base": it.num(int(self.clock.now() * 1_000_000)),
             ":one": it.num(1),
             ":tag": {"S": tag},
         }
+        # Not while another waiter has the next turn (see _reserve), unless it left that
+        # turn unused for RESERVATION_GRACE after the release (it died, most likely).
+        reservation = "attribute_not_exists(#reserved_by) OR #reserved_by = :me"
+        if earliest is not None:
+            reservation += " OR #released_at < :lapsed"
+            values[":lapsed"] = it.num(earliest - RESERVATION_GRACE)
         # A free key, unless this very acquisition was already released or abandoned: an
         # attempt of ours that was delayed in the network and lands after that must not
         # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS.
-        # And not while another waiter has the next turn (see _reserve).
+        # Or our own earlier attempt whose reply was lost, but never an earlier attempt
+        # landing after a later one (the sequence number orders our writes).
         condition = (
-            "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)"
-            " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me)) OR #owner = :me"
+            f"(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag) AND ({reservation}))"
+            " OR (#owner = :me AND #seq < :seq)"
         )
         if takeover_rvn is not None:
             condition += " OR #rvn = :seen"
             values[":seen"] = {"S": takeover_rvn}
-        if self.options.max_clock_skew is not None:
-            condition += " OR #expires_at < :stale"
-            values[":stale"] = it.num(now - self.options.max_clock_skew)
-        return {
+        if earliest is not None:
+            # The holder's expiry has passed, even by the earliest DynamoDB's clock can read.
+            condition += " OR (attribute_exists(#owner) AND #expires_at < :earliest)"
+            values[":earliest"] = it.num(earliest)
+        params = {
             "Key": self._key(stored),
             "UpdateExpression": (
-                "SET #owner = :me, #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, "
+                "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
                 "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
                 "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at, #reserved_by"
             ),
@@ -372,23 +509,33 @@ class LockClient:
             "ExpressionAttributeValues": values,
             "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
         }
+        return params, expires
 
     def _observe(self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float, owner: str) -> _Watch | None:
         """Update the watch on the holder's record version; None when the key is free for ``owner``.
 
-        A released key that another waiter has reserved counts as held: if that waiter
-        died, its reservation is taken over like a dead holder, one lease after the
-        release (which wrote a new rvn).
+        A released key that another waiter has reserved counts as held until the
+        reservation lapses (RESERVATION_GRACE after the release, by DynamoDB's clock).
         """
         if not item:
             return None
-        if it.OWNER not in item and item.get(it.RESERVED_BY, {}).get("S", owner) == owner:
-            return None
+        if it.OWNER not in item:
+            reserver = item.get(it.RESERVED_BY, {}).get("S", owner)
+            if reserver == owner or self._expired(item, received):
+                return None
         rvn = item.get(it.RVN, {}).get("S")
         if watch is not None and watch.rvn == rvn:
             return watch
         lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
         return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0)
+
+    def _new_lease(self, key: str, stored: str, attempt: _Attempt, token: int, lease_seconds: float, sent: float,
+                   expires: float, holder: Mapping[str, Any] | None) -> Lease:
+        return Lease(
+            self, key=key, stored_key=stored, owner=attempt.owner, token=token, lease_seconds=lease_seconds,
+            sent_at=sent, ends_at=self._holder_end(sent, lease_seconds, expires), seq=attempt.seq,
+            holder=dict(holder or {}),
+        )
 
     def _acquire_remote(
         self,
@@ -400,48 +547,75 @@ class LockClient:
         *,
         single: bool,
     ) -> Lease:
-        # A waiter writes only when its last look showed the key free, the holder's rvn
-        # unchanged for a whole lease, or (with MAX_CLOCK_SKEW) expired. In between it
-        # watches with consistent reads: a read costs a fifth of a write, is cheaper for
-        # the server to answer, and leaves the holder's own writes unqueued.
+        attempt = _Attempt(owner=self._new_owner())
+        try:
+            lease = self._acquire_loop(key, stored, give_up_at, lease_seconds, holder, attempt, single=single)
+        except BaseException:
+            # However we leave (busy, an error, SystemExit, a task's time limit): undo an
+            # attempt that may have landed unseen, and give up our reserved turn.
+            self._abandon(stored, attempt)
+            raise
+        self._remember(stored, None)
+        return lease
+
+    def _acquire_loop(
+        self,
+        key: str,
+        stored: str,
+        give_up_at: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+        attempt: _Attempt,
+        *,
+        single: bool,
+    ) -> Lease:
+        # A waiter writes only when its last look showed the key free, the holder's
+        # expiry past by DynamoDB's clock, or its rvn unchanged for a whole lease. In
+        # between it watches with consistent reads: a read costs a fifth of a write, is
+        # cheaper for the server to answer, and leaves the holder's own writes unqueued.
         began = time.monotonic()
-        owner = self._new_owner()
-        watch: _Watch | None = None
+        watch = self._remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
-        ambiguous = False
-        attempt = 0
+        tries = 0
         write = True
+        rechecked = False
         holders_seen: set[str] = set()
-        reserved = False
         while True:
-            if watch is not None and (time.monotonic() >= watch.takeover_at() or self._expired_by_skew(last_item)):
+            due = self._takeover_in(last_item, watch, time.monotonic())
+            if due is not None and due <= 0:
                 write = True
             error: DynLockError | None = None
             look: Callable[[], dict[str, Any] | None] | None
             looked_at = time.monotonic()
+            clock_was_known = self.clock.known
             if write:
-                takeover = watch.rvn if watch is not None and watch.rvn and time.monotonic() >= watch.takeover_at() else None
-                params = self._acquire_request(stored, owner, lease_seconds, holder, takeover)
+                attempt.seq += 1
+                takeover = watch.rvn if watch is not None and watch.rvn and looked_at >= watch.takeover_at() else None
+                params, expires = self._acquire_request(stored, attempt.owner, attempt.seq, lease_seconds, holder, takeover)
                 sent = time.monotonic()
                 try:
                     reply = self._call("update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params)
                 except ClientError as exc:
                     # Where the server returns no item (dynalite) reading it costs a call:
-                    # try_acquire skips it, a waiter needs it to watch the holder.
+                    # try_acquire skips it, unless only a watch of the holder's record
+                    # version (kept between calls) can ever take the key over.
                     failed = exc
-                    look = lambda: self._old_item(failed, stored, read=not single)  # noqa: E731
+                    read = not single or not self.clock.known
+                    look = lambda: self._old_item(failed, stored, read=read)  # noqa: E731
                 except DynLockError as exc:
+                    attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
-                        self._abandon(stored, owner, ambiguous or getattr(exc, "ambiguous", False), reserved=reserved)
                         raise
-                    ambiguous = ambiguous or getattr(exc, "ambiguous", False)
                     error, look = exc, None  # try the write again: it recognises itself
                 else:
-                    token = int(reply["Attributes"][it.FENCE]["N"])
-                    return Lease(
-                        self, key=key, stored_key=stored, owner=owner, token=token,
-                        lease_seconds=lease_seconds, sent_at=sent, holder=dict(holder or {}),
-                    )
+                    lease = self._new_lease(key, stored, attempt, int(reply["Attributes"][it.FENCE]["N"]),
+                                            lease_seconds, sent, expires, holder)
+                    if clock_was_known:
+                        return lease
+                    kept, item_now = self._restamp(lease, attempt, expires, sent)
+                    if kept:
+                        return lease
+                    look = lambda: item_now  # noqa: E731  (taken while we restamped: busy)
             else:
                 look = lambda: self._get_item(stored)  # noqa: E731
             if look is not None:
@@ -449,46 +623,77 @@ class LockClient:
                     item = look()
                 except DynLockError as read_error:
                     if not getattr(read_error, "retryable", False):
-                        self._abandon(stored, owner, ambiguous, reserved=reserved)
                         raise
                     error = read_error  # we only failed to look at the holder: keep waiting
                 else:
-                    if item is not None or not single:
+                    if item is not None or not single or not self.clock.known:
                         last_item = item
-                        watch = self._observe(watch, item, time.monotonic(), owner)
+                        watch = self._observe(watch, item, time.monotonic(), attempt.owner)
+                        self._remember(stored, watch)
                         if item:
                             # Every acquire, takeovers included, removes the reservation.
-                            reserved = item.get(it.RESERVED_BY, {}).get("S") == owner
-                        if item and not reserved and self._starving(item, owner, holders_seen, began):
-                            reserved = self._reserve(stored, owner, item[it.OWNER]["S"])
+                            attempt.reserved = item.get(it.RESERVED_BY, {}).get("S") == attempt.owner
+                        if item and not attempt.reserved and self._starving(item, attempt.owner, holders_seen, began):
+                            attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
             now = time.monotonic()
+            if (write and not clock_was_known and self.clock.known and not rechecked and error is None
+                    and (last_item is None or self._expired(last_item, now))):
+                # Our first attempt could not ask for a takeover by DynamoDB's clock: we
+                # learnt that clock from its reply. One more attempt that can.
+                rechecked = True
+                continue
             if single or now >= give_up_at:
-                self._abandon(stored, owner, ambiguous, reserved=reserved)
                 if error is not None:
                     raise error
                 info = self._info(last_item)
-                raise LockNotAcquired(key, holder=info, retry_after=self._retry_after(info, watch), waited=now - began)
+                raise LockNotAcquired(key, holder=info, retry_after=self._retry_after(info, last_item, watch),
+                                      waited=now - began)
             free = watch is None and error is None
             # An earlier attempt of ours, delayed in the network, may have landed after
             # we gave up waiting for its reply: the key is ours, but only a write tells
             # us the token (and gives it a fresh rvn, so our lease starts no earlier than
             # anyone's watch of it). Without it we would wait a whole lease for ourselves.
-            ours = error is None and bool(last_item) and last_item.get(it.OWNER, {}).get("S") == owner
+            ours = error is None and bool(last_item) and last_item.get(it.OWNER, {}).get("S") == attempt.owner
             if (free or ours) and not write:
                 write = True  # a read showed it free (or ours): take it at once
                 continue
             # A failed write is tried again (it recognises itself if it was applied), and
             # so is one that failed on a key that looked free (or ours) a moment later.
             write = write and (error is not None or free or ours)
-            if reserved:
+            if attempt.reserved:
                 # The waiter with the next turn polls at the first step: the key idles until it looks.
                 delay = self._backoff(0)
             else:
-                delay = max(self._backoff(attempt), self._busy_server_delay(now - looked_at, error))
-            attempt += 1
-            if watch is not None:
-                delay = min(delay, max(0.0, watch.takeover_at() - now))
+                delay = max(self._backoff(tries), self._busy_server_delay(now - looked_at, error))
+            tries += 1
+            due = self._takeover_in(last_item, watch, now)
+            if due is not None and due > 0:
+                delay = min(delay, due)
             time.sleep(max(0.0, min(delay, give_up_at - now)))
+
+    def _restamp(self, lease: Lease, attempt: _Attempt, expires: float, sent: float) -> tuple[bool, dict[str, Any] | None]:
+        """After a client's first acquire, stamped by this host's wall clock: rewrite the
+        expiry by DynamoDB's clock if the reply shows the two far apart.
+
+        Returns (kept, item): kept is False when someone took the key meanwhile (a
+        clock far behind stored an expiry in the past); item is what we saw then.
+        """
+        latest = self.clock.latest(sent)
+        if latest is None or abs(expires - (latest + lease.lease_seconds)) <= STAMP_TOLERANCE:
+            return True, None
+        logger.warning(
+            "this host's wall clock is %+.1fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",
+            expires - lease.lease_seconds - latest,
+        )
+        try:
+            with lease._renew_lock:
+                applied, item = self._renew_write(lease, lease.lease_seconds)
+        except DynLockError:
+            if lease.remaining() > 0:
+                return True, None  # valid, only late to expire: the next heartbeat restamps it
+            attempt.ambiguous = True  # it is ours, but expired: undo it
+            raise
+        return applied, item
 
     def _busy_server_delay(self, took: float, error: DynLockError | None) -> float:
         """At least a few round trips between polls: on a busy server, faster polls would
@@ -536,53 +741,54 @@ class LockClient:
             return bool(getattr(exc, "ambiguous", False))
         return True
 
-    def _expired_by_skew(self, item: Mapping[str, Any] | None) -> bool:
-        """With MAX_CLOCK_SKEW, whether the holder's own deadline is past even on a fast clock."""
-        skew = self.options.max_clock_skew
-        if skew is None or not item or it.EXPIRES_AT not in item:
-            return False
-        return float(item[it.EXPIRES_AT]["N"]) < time.time() - skew
-
-    def _retry_after(self, info: LeaseInfo | None, watch: _Watch | None) -> float | None:
+    def _retry_after(self, info: LeaseInfo | None, item: Mapping[str, Any] | None, watch: _Watch | None) -> float | None:
         if info is None or not info.is_held:
             return None
-        left = info.expires_in()
-        if left is not None and left > 0:
-            return left
-        if watch is not None:
-            return max(0.0, watch.takeover_at() - time.monotonic())
-        return info.lease_seconds
+        due = self._takeover_in(item, watch, time.monotonic())
+        return max(0.0, due) if due is not None else info.lease_seconds
 
-    def _abandon(self, stored: str, owner: str, ambiguous: bool, *, reserved: bool = False) -> None:
-        """Undo an acquire whose reply we never saw (it may have succeeded), and our reservation.
+    def _abandon(self, stored: str, attempt: _Attempt) -> None:
+        """Undo an acquire whose reply we never saw (it may have succeeded), and give up our reservation.
 
-        Both best effort: if a write fails, waiters take the key over one lease later,
-        as from a dead holder.
+        Best effort, and never raises: if a write fails, the key is taken over once
+        its expiry passes, as from a dead holder.
         """
-        if reserved:
+        if attempt.reserved:
             self._try_update(
                 stored, "give up a reservation", "REMOVE #reserved_by", "#reserved_by = :me",
-                self._names(it.RESERVED_BY), {":me": {"S": owner}},
+                self._names(it.RESERVED_BY), {":me": {"S": attempt.owner}},
             )
-        if ambiguous:
-            slot, tag = it.release_slot(owner)
-            self._try_update(
-                stored, "undo an unconfirmed acquire",
-                "SET #released_at = :now, #released_by = :me, #slot = :tag REMOVE #owner", "#owner = :me",
-                {**self._names(it.OWNER, it.RELEASED_AT, it.RELEASED_BY), "#slot": slot},
-                {":me": {"S": owner}, ":now": it.num(time.time()), ":tag": {"S": tag}},
-            )
+        if not attempt.ambiguous:
+            return
+        slot, tag = it.release_slot(attempt.owner)
+        undone = self._try_update(
+            stored, "undo an unconfirmed acquire",
+            "SET #released_at = :now, #released_by = :me, #slot = :tag, #rvn = :rvn REMOVE #owner", "#owner = :me",
+            {**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#slot": slot},
+            {":me": {"S": attempt.owner}, ":now": it.num(self.clock.now()), ":tag": {"S": tag}, ":rvn": {"S": uuid.uuid4().hex}},
+        )
+        if undone is False:
+            # Not ours now, but an attempt of ours may still be in flight: mark this owner
+            # released, so that it cannot land on a free key afterwards (a ghost holder).
+            self._try_update(stored, "mark an abandoned acquire", "SET #slot = :tag", None, {"#slot": slot}, {":tag": {"S": tag}})
 
     def _try_update(
-        self, stored: str, action: str, update: str, condition: str, names: dict[str, str], values: dict[str, Any]
-    ) -> None:
+        self, stored: str, action: str, update: str, condition: str | None, names: dict[str, str], values: dict[str, Any]
+    ) -> bool | None:
+        """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
+        params: dict[str, Any] = dict(Key=self._key(stored), UpdateExpression=update, ExpressionAttributeNames=names,
+                                      ExpressionAttributeValues=values)
+        if condition is not None:
+            params["ConditionExpression"] = condition
         try:
-            self._call(
-                "update_item", action, Key=self._key(stored), UpdateExpression=update, ConditionExpression=condition,
-                ExpressionAttributeNames=names, ExpressionAttributeValues=values,
-            )
-        except (ClientError, DynLockError) as exc:
-            logger.info("could not %s of %r: %s", action, stored, exc)
+            self._call("update_item", action, **params)
+        except ClientError:
+            return False
+        except DynLockError as exc:
+            # It may have meant to free a key that stays held until its expiry passes.
+            logger.warning("could not %s of %r: %s", action, stored, exc)
+            return None
+        return True
 
     # -- many keys ------------------------------------------------------------
     def acquire_many(
@@ -645,24 +851,38 @@ class LockClient:
         self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
     ) -> list[Lease] | None:
         """All keys in one TransactWriteItems; None when the server has no transactions."""
-        owner = self._new_owner()
-        watches: dict[str, _Watch | None] = {}
-        attempt = 0
-        ambiguous = False
+        attempt = _Attempt(owner=self._new_owner())
+        try:
+            return self._transaction_loop(by_stored, ordered, give_up_at, lease_s, holder, attempt)
+        except BaseException:
+            for stored in ordered:
+                self._abandon(stored, attempt)
+            raise
+
+    def _transaction_loop(
+        self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float,
+        holder: Mapping[str, Any] | None, attempt: _Attempt,
+    ) -> list[Lease] | None:
+        watches: dict[str, _Watch | None] = {stored: self._remembered(stored) for stored in ordered}
+        items: dict[str, dict[str, Any] | None] = {}
+        tries = 0
         started = time.monotonic()
         while True:
             now = time.monotonic()
+            attempt.seq += 1
             updates = []
+            expiries = []
             for stored in ordered:
                 watch = watches.get(stored)
                 takeover = watch.rvn if watch is not None and watch.rvn and now >= watch.takeover_at() else None
-                request = self._acquire_request(stored, owner, lease_s, holder, takeover)
+                request, expires = self._acquire_request(stored, attempt.owner, attempt.seq, lease_s, holder, takeover)
                 updates.append({"Update": {"TableName": self.options.table_name, **request}})
+                expiries.append(expires)
             sent = time.monotonic()
             error: DynLockError | None = None
             busy: str | None = None
             try:
-                self.boto.transact_write_items(TransactItems=updates)
+                self._send("transact_write_items", {"TransactItems": updates})
             except ClientError as exc:
                 code = error_code(exc)
                 if code == "UnknownOperationException":
@@ -676,10 +896,9 @@ class LockClient:
                     return None
                 if code != "TransactionCanceledException":
                     error = self._translate(exc, "acquire several locks")
+                    attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
                     if not getattr(error, "retryable", False):
-                        self._abandon_many(ordered, owner, ambiguous or getattr(error, "ambiguous", False))
                         raise error from exc
-                    ambiguous = ambiguous or getattr(error, "ambiguous", False)
                 else:
                     reasons = exc.response.get("CancellationReasons") or []
                     received = time.monotonic()
@@ -688,37 +907,45 @@ class LockClient:
                             item = reason.get("Item")
                             if item is None:
                                 item = self._get_item(stored)
-                            watches[stored] = self._observe(watches.get(stored), item, received, owner)
+                            items[stored] = item
+                            watches[stored] = self._observe(watches.get(stored), item, received, attempt.owner)
+                            self._remember(stored, watches[stored])
                             busy = busy or stored
                     if busy is None:
                         error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)
             except BotoCoreError as exc:
                 error = self._translate(exc, "acquire several locks")
-                ambiguous = ambiguous or getattr(error, "ambiguous", False)
+                attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
             else:
                 self.has_transactions = True
-                return self._leases_after_transaction(by_stored, ordered, owner, lease_s, sent, holder)
+                leases = self._leases_after_transaction(by_stored, ordered, attempt, lease_s, sent, min(expiries), holder)
+                for stored in ordered:
+                    self._remember(stored, None)
+                return leases
             now = time.monotonic()
             if now >= give_up_at:
-                self._abandon_many(ordered, owner, ambiguous)
                 if busy is not None:
-                    watch = watches.get(busy)
-                    info = self._info(self._get_item(busy)) if watch else None
+                    item = self._get_item(busy)
+                    info = self._info(item)
                     raise LockNotAcquired(
-                        by_stored[busy], holder=info, retry_after=self._retry_after(info, watch),
+                        by_stored[busy], holder=info, retry_after=self._retry_after(info, item, watches.get(busy)),
                         waited=now - started, keys=tuple(by_stored.values()),
                     )
                 assert error is not None
                 raise error
-            delay = self._backoff(attempt)
-            attempt += 1
-            for watch in watches.values():
-                if watch is not None:
-                    delay = min(delay, max(0.0, watch.takeover_at() - now))
+            delay = self._backoff(tries)
+            tries += 1
+            for stored in ordered:
+                # Only a takeover still to come shortens the sleep: one that is due already
+                # went into this attempt, and another key kept the transaction from applying.
+                due = self._takeover_in(items.get(stored), watches.get(stored), now)
+                if due is not None and due > 0:
+                    delay = min(delay, due)
             time.sleep(max(0.0, min(delay, give_up_at - now)))
 
     def _leases_after_transaction(
-        self, by_stored: dict[str, str], ordered: list[str], owner: str, lease_s: float, sent: float, holder: Mapping[str, Any] | None
+        self, by_stored: dict[str, str], ordered: list[str], attempt: _Attempt, lease_s: float, sent: float,
+        expires: float, holder: Mapping[str, Any] | None,
     ) -> list[Lease]:
         # TransactWriteItems returns no attributes: read the new tokens back. While we
         # own the keys nobody else can change them, so this read is exact.
@@ -728,61 +955,72 @@ class LockClient:
         }
         for _ in range(10):
             try:
-                reply = self.boto.batch_get_item(RequestItems=pending)
+                reply = self._send("batch_get_item", {"RequestItems": pending})
             except (ClientError, BotoCoreError) as exc:
-                self._abandon_many(ordered, owner, True)
+                attempt.ambiguous = True
                 raise self._translate(exc, "read the new fencing tokens") from exc
             for item in reply.get("Responses", {}).get(self.options.table_name, []):
-                if item.get(it.OWNER, {}).get("S") == owner:
+                if item.get(it.OWNER, {}).get("S") == attempt.owner:
                     tokens[item[self.options.key_attribute]["S"]] = int(item[it.FENCE]["N"])
             pending = reply.get("UnprocessedKeys") or {}
             if not pending:
                 break
             time.sleep(self._backoff(0))
         if len(tokens) != len(ordered):
-            self._abandon_many(ordered, owner, True)
+            attempt.ambiguous = True
             raise BackendError("could not read back the fencing tokens of a multi-key acquire", retryable=True)
-        return [
-            Lease(self, key=by_stored[s], stored_key=s, owner=owner, token=tokens[s],
-                  lease_seconds=lease_s, sent_at=sent, holder=dict(holder or {}))
-            for s in ordered
-        ]
-
-    def _abandon_many(self, ordered: list[str], owner: str, ambiguous: bool) -> None:
-        for stored in ordered:
-            self._abandon(stored, owner, ambiguous)
+        return [self._new_lease(by_stored[s], s, attempt, tokens[s], lease_s, sent, expires, holder) for s in ordered]
 
     # -- renew ------------------------------------------------------------------
-    def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
-        """One renewal write; raises LockLost if the lease is gone, DynLockError on failure."""
-        now = time.time()
+    def _renew_write(self, lease: Lease, lease_seconds: float) -> tuple[bool, dict[str, Any] | None]:
+        """One renewal write: (True, None) when applied, else (False, the item that shows it is not ours).
+
+        Raises DynLockError when DynamoDB cannot be reached. The caller holds
+        ``lease._renew_lock``: renewals of one lease go out one at a time.
+        """
+        seq = lease._seq = lease._seq + 1
         sent = time.monotonic()
+        stamp = self._stamp(sent)
+        expires = stamp + lease_seconds
         try:
             self._call(
                 "update_item", "renew a lease",
                 Key=self._key(lease.stored_key),
-                UpdateExpression="SET #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
+                UpdateExpression="SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
                 # The owner id names this acquisition alone. Not conditioned on our previous
                 # rvn: a renewal applied whose reply was lost must not make the next one
-                # fail. Nor on the fence: a delayed duplicate of our own acquire may have
-                # moved it on (harmlessly: tokens only have to grow between holders).
-                ConditionExpression="#owner = :me",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.LEASE_MS, it.EXPIRES_AT), "#gc": self.options.ttl_attribute},
+                # fail. But on the sequence number: one delayed in the network must not
+                # land after a later one and move the expiry back.
+                ConditionExpression="#owner = :me AND #seq < :seq",
+                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.SEQ, it.LEASE_MS, it.EXPIRES_AT),
+                                          "#gc": self.options.ttl_attribute},
                 ExpressionAttributeValues={
                     ":me": {"S": lease.owner},
                     ":rvn": {"S": uuid.uuid4().hex},
+                    ":seq": it.num(seq),
                     ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
-                    ":expires": it.num(now + lease_seconds),
-                    ":gc": self._gc_at(now, lease_seconds),
+                    ":expires": it.num(expires),
+                    ":gc": self._gc_at(stamp, lease_seconds),
                 },
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
             )
         except ClientError as exc:
-            reason, detail = self._why_not_ours(lease, self._old_item(exc, lease.stored_key))
-            self._lose(lease, reason, detail)
-            raise lease._lost or LockLost(lease.key, lease.token, reason, detail) from None
-        if lease._renewed(sent, lease_seconds):
+            item = self._old_item(exc, lease.stored_key)
+            # Still ours with this write's number (or a later one): an earlier try of this
+            # same write was applied and its reply lost.
+            if not (item and item.get(it.OWNER, {}).get("S") == lease.owner and (it.number(item, it.SEQ) or 0) >= seq):
+                return False, item
+        if lease._renewed(sent, lease_seconds, self._holder_end(sent, lease_seconds, expires)):
             self._emit("recovered", lease)
+        return True, None
+
+    def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
+        """One renewal; raises LockLost if the lease is gone, DynLockError on failure."""
+        applied, item = self._renew_write(lease, lease_seconds)
+        if not applied:
+            reason, detail = self._why_not_ours(lease, item)
+            self._lose(lease, reason, detail)
+            raise lease._lost or LockLost(lease.key, lease.token, reason, detail)
 
     def _lose(self, lease: Lease, reason: str, detail: str) -> None:
         """Mark a lease lost, free its local gate and tell the listeners (once)."""
@@ -807,6 +1045,8 @@ class LockClient:
         lease.raise_if_lost()
         with lease._renew_lock:
             self._renew_once(lease, new)
+        # The next renewal follows the new lease's period, not the old one's.
+        self._heartbeater.add(lease, self._period(new))
 
     def _keep_for(self, lease: Lease, seconds: float) -> None:
         self._check_open()
@@ -814,7 +1054,8 @@ class LockClient:
         lease.raise_if_lost()
         with lease._renew_lock:
             self._renew_once(lease, seconds)
-        # From here on nobody renews or releases it: the lease simply runs out.
+        # From here on nobody renews or releases it: the lease simply runs out, and any
+        # acquire takes the key once its expiry has passed by DynamoDB's clock.
         lease._mark_released()
         self._stop_holding(lease)
         self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
@@ -845,8 +1086,6 @@ class LockClient:
         return period * random.uniform(0.85, 1.0)
 
     def _retry_delay(self, lease: Lease) -> float:
-        # Read the validity directly: a lease whose release is being retried no longer
-        # counts as held, so remaining() is 0 for it.
         left = max(0.0, lease.valid_until - time.monotonic())
         return max(self.options.min_retry_delay, min(self._period(lease.lease_seconds) / 3, left / 3))
 
@@ -861,17 +1100,27 @@ class LockClient:
                 raise lease._lost or LockLost(lease.key, lease.token, "taken")
             if self._closed:
                 raise LockLost(lease.key, lease.token, "expired", "the lock client was closed before release")
+            # Ran out before release: free the key if nobody took it, and say so all the same.
+            expired = not lease.is_held
             self._release_remote(lease, quiet=False)
+            if expired:
+                raise lease._lost or LockLost(
+                    lease.key, lease.token, "expired",
+                    "the lease ran out before release(): the work may have overlapped another holder",
+                )
         finally:
             lease._mark_released()
             self._stop_holding(lease)
         self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
 
     def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
-        """The release write. On success the item keeps its fence and loses its owner."""
-        expired_locally = time.monotonic() >= lease.valid_until
-        now = time.time()
+        """The release write. On success the item keeps its fence and loses its owner.
+
+        ``quiet`` (a retry in the background): never raises, and stops once the item
+        shows the key is no longer ours.
+        """
         slot, tag = it.release_slot(lease.owner)
+        now = self.clock.now()
         try:
             self._call(
                 "update_item", "release a lock",
@@ -898,15 +1147,11 @@ class LockClient:
                     logger.warning("could not confirm the release of %r, retrying in the background: %s", lease, read_error)
                 self._release_later(lease)
                 return
-            info = self._info(item)
-            if info is not None and (
-                # An earlier try of ours was applied and its reply lost ...
-                info.released_by == lease.owner
-                # ... and someone has acquired the key since (and maybe released it): while
-                # our lease was valid nobody could have taken it from us, and a break
-                # leaves its mark until the next release.
-                or (not expired_locally and (info.token or 0) > lease.token and not info.was_broken)
-            ):
+            # An earlier try of ours was applied and its reply lost: it wrote our owner id,
+            # and our tag into our release slot, which later releases keep unless one of
+            # them lands in the same slot (then we report a loss we did not have: the
+            # safe mistake). Breaks and takeovers write neither.
+            if item and (item.get(it.RELEASED_BY, {}).get("S") == lease.owner or item.get(slot, {}).get("S") == tag):
                 return
             if quiet:
                 return
@@ -918,24 +1163,25 @@ class LockClient:
                 # The work ran under a valid lease; only freeing it early failed.
                 logger.warning("could not release %r, retrying in the background: %s", lease, exc)
             self._release_later(lease)
-            return
-        if expired_locally:
-            # Owner and fence were unchanged: nobody held the key in between.
-            logger.warning("%r was released after its local validity ended; nobody else had taken it", lease)
 
     def _release_later(self, lease: Lease) -> None:
-        """Have the heartbeat thread try a failed release again, while the lease is valid.
+        """Have the heartbeat thread try a failed release again, until it is confirmed.
 
-        Safe to repeat: the release is conditioned on our owner id and recognises its
-        own earlier success. Without it the key would stand idle until waiters take
-        it over, one lease later. Past the lease's validity it is no longer ours to
-        free early, so waiters take over as from a crashed holder.
+        Safe to repeat at any time: the release is conditioned on our owner id and
+        recognises its own earlier success, and once the item shows another owner the
+        retries stop. Without them the key would stay held until its expiry passed.
+        Bounded by RELEASE_RETRY_FOR, with a backoff up to the heartbeat period.
         """
-        if self._closed or time.monotonic() >= lease.valid_until:
-            logger.warning("gave up releasing %r: waiters take it over within one lease", lease)
+        now = time.monotonic()
+        if lease._release_since is None:
+            lease._release_since = now
+        if self._closed or now - lease._release_since >= RELEASE_RETRY_FOR:
+            logger.warning("gave up releasing %r: others take it over once its expiry has passed", lease)
             return
+        delay = min(self._period(lease.lease_seconds), self.options.min_retry_delay * 2 ** min(lease._release_tries, 16))
+        lease._release_tries += 1
         lease._release_pending = True
-        self._heartbeater.schedule(lease, time.monotonic() + self._retry_delay(lease))
+        self._heartbeater.schedule(lease, now + delay)
 
     # -- inspection and operations ------------------------------------------------
     def get(self, key: str, *, include_released: bool = False) -> LeaseInfo | None:
@@ -974,8 +1220,10 @@ class LockClient:
             names["#k"] = self.options.key_attribute
             values[":prefix"] = {"S": full_prefix}
         if not include_released:
-            filters.append("attribute_exists(#owner)")
+            # Held keys, and free ones a waiter has reserved (breakable, shown as such).
+            filters.append("(attribute_exists(#owner) OR attribute_exists(#reserved_by))")
             names["#owner"] = it.OWNER
+            names["#reserved_by"] = it.RESERVED_BY
         params: dict[str, Any] = {"ConsistentRead": True}
         if limit is not None:
             params["Limit"] = limit
@@ -996,9 +1244,10 @@ class LockClient:
         stored = self.options.prefixed(key)
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
-        now = time.time()
+        now = self.clock.now()
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
-        condition = "attribute_exists(#owner)"
+        # A held key, or a free one that a waiter has reserved (it may have died).
+        condition = "(attribute_exists(#owner) OR attribute_exists(#reserved_by))"
         values: dict[str, Any] = {
             ":now": it.num(now),
             ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
@@ -1013,10 +1262,13 @@ class LockClient:
             self._call(
                 "update_item", "break a lock",
                 Key=self._key(stored),
-                UpdateExpression="SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn REMOVE #owner",
+                UpdateExpression=(
+                    "SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn "
+                    "REMOVE #owner, #reserved_by"
+                ),
                 ConditionExpression=condition,
                 ExpressionAttributeNames={
-                    **self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON),
+                    **self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON, it.RESERVED_BY),
                     **({"#fence": it.FENCE} if token is not None else {}),
                     "#gc": self.options.ttl_attribute,
                 },

@@ -43,6 +43,7 @@ class Heartbeater:
         with self._cond:
             if self._stopping:
                 return
+            lease._heartbeat_due = due  # an earlier entry of the same lease is now stale
             heapq.heappush(self._heap, (due, next(self._seq), lease))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -78,7 +79,10 @@ class Heartbeater:
             while not self._stopping:
                 now = time.monotonic()
                 if self._heap and self._heap[0][0] <= now:
-                    return heapq.heappop(self._heap)[2]
+                    due, _, lease = heapq.heappop(self._heap)
+                    if due == lease._heartbeat_due:
+                        return lease
+                    continue
                 if not self._heap:
                     # Idle: let the thread end (schedule() starts a new one), so clients
                     # that hold nothing, or were dropped, keep no thread alive.

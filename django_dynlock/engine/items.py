@@ -14,6 +14,9 @@ from typing import Any, Mapping
 
 OWNER = "owner"
 RVN = "rvn"
+# Orders one acquisition's writes: each carries a higher number than the one before and
+# is conditioned on it, so a write delayed in the network cannot land after a later one.
+SEQ = "seq"
 FENCE = "fence"
 LEASE_MS = "lease_ms"
 EXPIRES_AT = "expires_at"
@@ -56,9 +59,11 @@ def holder_map(holder: Mapping[str, Any] | None) -> dict[str, Any]:
     return {"M": {str(k): {"S": str(v)[:1024]} for k, v in (holder or {}).items() if v is not None}}
 
 
-def _n(item: Mapping[str, Any], name: str) -> float | None:
+def number(item: Mapping[str, Any], name: str) -> float | None:
+    """A Number attribute as a float, or None when missing."""
     value = item.get(name, {}).get("N")
     return float(value) if value is not None else None
+
 
 
 def _s(item: Mapping[str, Any], name: str) -> str | None:
@@ -73,8 +78,9 @@ def _ts(value: float | None) -> dt.datetime | None:
 class LeaseInfo:
     """What the table says about one key: its holder, token and timing.
 
-    Times are the holder's wall clock (informational: correctness never depends on
-    them unless MAX_CLOCK_SKEW is set).
+    Times are DynamoDB's clock as the writer estimated it from the replies it got
+    (a client's very first write uses its host's wall clock). A taker compares
+    ``expires_at`` with the earliest reading of DynamoDB's clock; see docs/protocol.md.
     """
 
     key: str
@@ -101,11 +107,20 @@ class LeaseInfo:
         return self.owner is not None
 
     @property
+    def is_breakable(self) -> bool:
+        """Held, or free but reserved by a waiter: a break clears either."""
+        return self.owner is not None or self.reserved_by is not None
+
+    @property
     def was_broken(self) -> bool:
         return bool(self.released_by and self.released_by.startswith(BREAK_PREFIX))
 
     def expires_in(self, now: dt.datetime | None = None) -> float | None:
-        """Seconds until the stored expiry, by this machine's wall clock (negative: past)."""
+        """Seconds until the stored expiry (negative: past), at ``now``.
+
+        Pass DynamoDB's clock (``LockClient.server_time()``) where you have a client;
+        the default is this machine's wall clock.
+        """
         if self.expires_at is None:
             return None
         now = now or dt.datetime.now(tz=dt.timezone.utc)
@@ -122,9 +137,9 @@ class LeaseInfo:
 
         stored = item[key_attribute]["S"]
         fence = item.get(FENCE, {}).get("N")
-        pid = _n(item, PID)
+        pid = number(item, PID)
         holder = {k: v.get("S", "") for k, v in item.get(HOLDER, {}).get("M", {}).items()}
-        lease_ms = _n(item, LEASE_MS)
+        lease_ms = number(item, LEASE_MS)
         return cls(
             key=unprefix(key_prefix, stored),
             stored_key=stored,
@@ -132,9 +147,9 @@ class LeaseInfo:
             owner=_s(item, OWNER),
             rvn=_s(item, RVN),
             lease_seconds=lease_ms / 1000.0 if lease_ms is not None else None,
-            expires_at=_ts(_n(item, EXPIRES_AT)),
-            acquired_at=_ts(_n(item, ACQUIRED_AT)),
-            released_at=_ts(_n(item, RELEASED_AT)),
+            expires_at=_ts(number(item, EXPIRES_AT)),
+            acquired_at=_ts(number(item, ACQUIRED_AT)),
+            released_at=_ts(number(item, RELEASED_AT)),
             released_by=_s(item, RELEASED_BY),
             break_reason=_s(item, BREAK_REASON),
             reserved_by=_s(item, RESERVED_BY),

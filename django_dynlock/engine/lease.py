@@ -48,6 +48,8 @@ class Lease:
         token: int,
         lease_seconds: float,
         sent_at: float,
+        ends_at: float | None = None,
+        seq: int = 1,
         holder: dict[str, Any] | None = None,
     ):
         self._client = client
@@ -63,11 +65,17 @@ class Lease:
         self._renew_lock = threading.Lock()
         self._state = LeaseState.HELD
         self._lost: LockLost | None = None
+        # The sequence number of our last write to the item (see items.SEQ).
+        self._seq = seq
         # A release that could not reach DynamoDB, retried by the heartbeat thread.
         self._release_pending = False
+        self._release_since: float | None = None
+        self._release_tries = 0
+        # When the heartbeat thread is next due for this lease (older heap entries are stale).
+        self._heartbeat_due = 0.0
         self.lease_seconds = lease_seconds
         self._valid_until = 0.0
-        self._renewed(sent_at, lease_seconds)
+        self._renewed(sent_at, lease_seconds, ends_at)
 
     @property
     def client(self) -> LockClient:
@@ -75,13 +83,19 @@ class Lease:
         return self._client
 
     # -- local view, no network ------------------------------------------------
-    def _renewed(self, sent_at: float, lease_seconds: float) -> bool:
-        """Record a successful write sent at ``sent_at``; True if the lease was at risk."""
+    def _renewed(self, sent_at: float, lease_seconds: float, ends_at: float | None = None) -> bool:
+        """Record a successful write sent at ``sent_at``; True if the lease was at risk.
+
+        ``ends_at`` (monotonic) is when takers may start to take the key over, by what
+        the write stored and what we know of DynamoDB's clock; without it, a lease
+        after the send.
+        """
         margin = lease_seconds * self._client.options.safety_margin
+        end = sent_at + lease_seconds if ends_at is None else min(ends_at, sent_at + lease_seconds)
         with self._lock:
             self.lease_seconds = lease_seconds
             # Not max(): a shorter extend() shortens what waiters will wait for too.
-            self._valid_until = sent_at + lease_seconds - margin
+            self._valid_until = end - margin
             if self._state is LeaseState.AT_RISK:
                 self._state = LeaseState.HELD
                 return True
@@ -162,9 +176,8 @@ class Lease:
         """Stop renewing, and leave the lock held for ``seconds`` more (one write).
 
         For cron-style singletons: after a fast run on one host, the other hosts'
-        runs of the same schedule still find the key busy. Waiters take over once
-        they have watched it unchanged for ``seconds`` (or, with MAX_CLOCK_SKEW,
-        once its stored expiry has passed).
+        runs of the same schedule still find the key busy. Any acquire takes it once
+        its stored expiry has passed by DynamoDB's clock.
         """
         self._client._keep_for(self, seconds)
 

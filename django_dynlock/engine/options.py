@@ -90,6 +90,8 @@ class ClientOptions:
     lease_duration: float = 30.0
     heartbeat_period: float = 10.0
     wait_timeout: float = 0.0
+    # Retired: takeover follows DynamoDB's clock (see clock.py). Accepted and ignored,
+    # so that existing settings keep working; the Django check dynlock.W002 says so.
     max_clock_skew: float | None = None
     retention: float = 604800.0
     # The holder stops trusting its lease this fraction of a lease before the waiters

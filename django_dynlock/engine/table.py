@@ -63,7 +63,7 @@ def _key_problem(table: dict[str, Any], key_attribute: str) -> str | None:
 
 def _ttl(client: LockClient) -> tuple[str, str | None]:
     try:
-        reply = client.boto.describe_time_to_live(TableName=client.options.table_name)
+        reply = client._send("describe_time_to_live", {"TableName": client.options.table_name})
     except ClientError as exc:
         if error_code(exc) in UNKNOWN_OPERATION:
             return TTL_UNSUPPORTED, None
@@ -73,7 +73,7 @@ def _ttl(client: LockClient) -> tuple[str, str | None]:
 
 
 def describe_table(client: LockClient) -> TableStatus:
-    table = client.boto.describe_table(TableName=client.options.table_name)["Table"]
+    table = client._send("describe_table", {"TableName": client.options.table_name})["Table"]
     ttl_status, ttl_attribute = _ttl(client)
     return TableStatus(
         name=table["TableName"],
@@ -112,7 +112,7 @@ def create_table(
 
     created = True
     try:
-        client.boto.create_table(**params)
+        client._send("create_table", params)
     except ClientError as exc:
         if error_code(exc) != "ResourceInUseException":
             raise

@@ -1,7 +1,7 @@
 """How the commands show a lease to a person: relative times, holder, state.
 
-Times in the table are the holders' wall clocks compared with ours: good for a
-person reading them, never used to decide anything.
+Times in the table are DynamoDB's clock as each writer estimated it from its
+replies (to within about a second), compared with our own estimate of it.
 """
 
 from __future__ import annotations
@@ -14,6 +14,9 @@ from ..engine.items import LeaseInfo
 # Holder metadata shown in the HOLDER column; everything else goes to METADATA.
 WHAT_KEYS = ("view", "function", "command")
 USER_KEY = "user"
+# How far two clients' estimates of DynamoDB's clock may disagree (seconds): the Date
+# header they learn it from has a resolution of one second.
+CLOCK_ERROR = 1.0
 
 
 def duration(value: float) -> str:
@@ -35,6 +38,8 @@ def ago(when: dt.datetime | None, now: dt.datetime) -> str:
     if when is None:
         return "-"
     delta = (now - when).total_seconds()
+    if -CLOCK_ERROR < delta < 0:
+        delta = 0.0  # two estimates of DynamoDB's clock: a moment ago, not in the future
     return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(delta)}"
 
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import getpass
 import logging
 import socket
@@ -73,11 +72,11 @@ class Command(DynLockCommand):
             )
 
     def break_one(self, client: LockClient, key: str, token: int | None, reason: str, by: str, interactive: bool) -> bool:
-        info = client.get(key)
-        if info is None:
-            self.not_broken(key, "not found: no live lease on this key")
+        info = client.get(key, include_released=True)
+        if info is None or not info.is_breakable:
+            self.not_broken(key, "not found: no live lease or reservation on this key")
             return False
-        now = dt.datetime.now(dt.timezone.utc)
+        now = client.server_datetime()
         if token is not None and info.token != token:
             self.not_broken(key, f"the lease has token {info.token}, not {token}: it changed hands "
                                  f"(now {fmt.summary(info, now)})")

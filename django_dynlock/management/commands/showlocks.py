@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import datetime as dt
+import itertools
 from time import sleep
 from typing import Any
 
@@ -70,21 +70,21 @@ class Command(DynLockCommand):
                 # Machine formats get one clean document per refresh; people get a heading.
                 if self.stdout.isatty():
                     self.stdout.write(CLEAR_SCREEN, ending="")
-                stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+                stamp = client.server_datetime().strftime("%Y-%m-%d %H:%M:%S UTC")
                 self.stdout.write(f"Every {interval:g}s: showlocks --alias {options['alias']}   {stamp}",
                                   style_func=self.style.MIGRATE_HEADING)
             self.show(client, options)
 
     def show(self, client: LockClient, options: dict[str, Any]) -> None:
-        now = dt.datetime.now(dt.timezone.utc)
         show_all = options["show_all"]
         counts = listing.Counts()
         out = _Raw(self.stdout)
         with translated_errors():
-            infos = listing.visible(
-                client.leases(options["prefix"], include_released=show_all, page_size=options["page_size"]),
-                now, show_all, counts,
-            )
+            leases = client.leases(options["prefix"], include_released=show_all, page_size=options["page_size"])
+            first = next(leases, None)
+            # Lease times are DynamoDB's clock, which the first page's reply told us.
+            now = client.server_datetime()
+            infos = listing.visible(itertools.chain([first] if first else [], leases), now, show_all, counts)
             if options["format"] == "json":
                 listing.write_json(infos, now, out)  # type: ignore[arg-type]
             elif options["format"] == "csv":

@@ -1,0 +1,1 @@
+"""Small Django sites that tests run under a real server (gunicorn)."""

@@ -1,0 +1,96 @@
+"""One fresh process of the takeover scenarios (tests/test_takeover.py).
+
+    python -m tests.takeover_child ROLE ENDPOINT TABLE KEY LEASE OFFSET REPORT [SECONDS] [INTERVAL]
+
+ROLE is ``hold`` (acquire, renew, report beliefs until killed or SECONDS pass),
+``try`` (one try_acquire, as a cron job or a fresh worker would) or ``retry``
+(try_acquire every INTERVAL seconds for up to SECONDS). OFFSET shifts this whole
+process' wall clock (``time.time``/``time_ns``, which botocore and the engine read)
+by that many seconds; its monotonic clock is untouched, as on a host whose clock is
+wrong. Every line of REPORT carries the *true* wall time, so that the test can
+compare processes: ``ACQUIRED token``, ``WROTE t`` (the send time of each successful
+write of the holder), ``HELD t``/``LOST t`` (the holder's belief, every 10 ms),
+``GOT token t`` (the send time of the write that took the key) or ``BUSY t``.
+Every loop is bounded.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+
+REAL_TIME = time.time
+TRUE_WALL_MINUS_MONOTONIC = time.time() - time.monotonic()
+
+
+def true_wall(monotonic_time: float | None = None) -> float:
+    return (time.monotonic() if monotonic_time is None else monotonic_time) + TRUE_WALL_MINUS_MONOTONIC
+
+
+def shift_wall_clock(offset: float) -> None:
+    if offset:
+        real_time, real_time_ns = time.time, time.time_ns
+        time.time = lambda: real_time() + offset  # type: ignore[assignment]
+        time.time_ns = lambda: real_time_ns() + int(offset * 1e9)  # type: ignore[assignment]
+
+
+class Report:
+    def __init__(self, path: str):
+        self._file = open(path, "a", buffering=1)
+        self._lock = threading.Lock()
+
+    def line(self, *words: object) -> None:
+        with self._lock:
+            self._file.write(" ".join(map(str, words)) + "\n")
+
+
+def track_writes(client, report: Report, label: str) -> None:
+    """Report the true send time of each UpdateItem that succeeded."""
+    local = threading.local()
+
+    def before_send(**_):
+        local.sent = time.monotonic()
+
+    def after_call(http_response, parsed, **_):
+        if http_response.status_code == 200 and "Error" not in parsed:
+            report.line(label, f"{true_wall(local.sent):.6f}")
+
+    client.boto.meta.events.register("before-send.dynamodb.UpdateItem", before_send)
+    client.boto.meta.events.register("after-call.dynamodb.UpdateItem", after_call)
+
+
+def main(role: str, endpoint: str, table: str, key: str, lease: str, offset: str, report_path: str,
+         seconds: str = "30", interval: str = "0.2") -> None:
+    shift_wall_clock(float(offset))
+    from tests.workers import client_for
+
+    lease_s = float(lease)
+    client = client_for(endpoint, table, lease_duration=lease_s, heartbeat_period=lease_s / 4)
+    report = Report(report_path)
+    deadline = time.monotonic() + float(seconds)
+    if role == "hold":
+        track_writes(client, report, "WROTE")
+        held = client.acquire(key, wait=10)
+        report.line("ACQUIRED", held.token)
+        while time.monotonic() < deadline:
+            report.line("HELD" if held.is_held else "LOST", f"{true_wall():.6f}")
+            time.sleep(0.01)
+        os._exit(0)
+    track_writes(client, report, "SENT")
+    for _ in range(int(float(seconds) / float(interval)) + 1 if role == "retry" else 1):
+        got = client.try_acquire(key)
+        if got is not None:
+            report.line("GOT", got.token)
+            got.release()
+            break
+        report.line("BUSY", f"{true_wall():.6f}")
+        if role != "retry" or time.monotonic() >= deadline:
+            break
+        time.sleep(float(interval))
+    client.close()
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])
