@@ -225,6 +225,19 @@ def run_crash(endpoint: str, plan: Plan, ctx: Any, say: Callable[[str], None], r
         except Exception as exc:
             result["errors"][f"crash:{name}"] = f"{type(exc).__name__}: {exc}"
             say(f"  {result['server']}: crash:{name} FAILED: {exc}")
+    # Fresh one-shot processes (cron runs, new workers) after the kill: no waiter to watch.
+    result["crash_one_shot"] = {}
+    for name in ("dynlock", "pdl-fast", "dyndbmutex"):
+        if libs is not None and name not in libs:
+            continue
+        spec = suite.CRASH_SPECS[name]
+        trials = plan.crash_trials if name != "pdl-fast" else 1  # it never gets there: one capped trial shows it
+        try:
+            result["crash_one_shot"][name] = suite.measure_crash_one_shot(
+                endpoint, spec, ctx, trials, _kill_after(spec), (spec.lease or 0.0) + 10.0, say)
+        except Exception as exc:
+            result["errors"][f"crash_one_shot:{name}"] = f"{type(exc).__name__}: {exc}"
+            say(f"  {result['server']}: crash_one_shot:{name} FAILED: {exc}")
     if slow_thread is not None:
         slow_thread.join(150)
         if "value" in slow:

@@ -636,9 +636,73 @@ def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_aft
     }
 
 
+def crash_one_shot(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
+    """Child: a fresh process (a cron run, a new worker) that makes one attempt on ``key``."""
+    with _child_lane(spec, endpoint_url, conn) as (_, lane):
+        lane.prepare(key)
+        sent = time.time()
+        handle = lane.acquire(key, 0.0)
+        conn.send(("tried", sent, handle is not None))
+        if handle is not None:
+            lane.release(handle)
+
+
+def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_after: tuple[float, float],
+                           cap: float, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+    """A holder is SIGKILLed; then fresh processes, one after another, each make one attempt
+    until one gets the key (or ``cap`` seconds pass). Takeover = the send time of the
+    winning attempt minus the kill time; ``attempts`` = how many processes it took."""
+    lease = spec.lease or 0.0
+    rng = random.Random(7)
+    rows: list[dict[str, Any]] = []
+    errors: list[str] = []
+    run_id = uuid.uuid4().hex[:6]
+    for index in range(trials):
+        key = f"oneshot-{spec.name}-{run_id}-{index}"
+        holder_conn, holder_child = ctx.Pipe()
+        holder = ctx.Process(target=crash_holder, args=(spec, endpoint_url, key, holder_child), daemon=True)
+        try:
+            holder.start()
+            _, acquired = _expect(holder_conn, "held", CHILD_START_TIMEOUT)
+            time.sleep(max(0.0, acquired + rng.uniform(*kill_after) - time.time()))
+            killed = time.time()
+            os.kill(holder.pid, signal.SIGKILL)  # our own child, by its pid
+            holder.join(10)
+            got = None
+            for attempt in range(1, 1000):  # bounded by cap: each is a process start
+                conn, child = ctx.Pipe()
+                one = ctx.Process(target=crash_one_shot, args=(spec, endpoint_url, key, child), daemon=True)
+                one.start()
+                _, sent, won = _expect(conn, "tried", CHILD_START_TIMEOUT)
+                one.join(10)
+                if won:
+                    got = sent
+                    break
+                if time.time() - killed >= cap:
+                    break
+            if got is None:
+                errors.append(f"trial {index}: no fresh process got the key within {cap:g} s ({attempt} tried)")
+                continue
+            rows.append({"takeover_s": got - killed, "attempts": attempt, "held_before_kill_s": killed - acquired})
+            if say:
+                say(f"    {spec.name}: one-shot crash trial {index + 1}: takeover {got - killed:.2f} s ({attempt} processes)")
+        finally:
+            if holder.is_alive():
+                holder.kill()
+                holder.join(5)
+    takeovers = [r["takeover_s"] for r in rows]
+    return {
+        "lease_s": lease, "heartbeat_s": spec.heartbeat, "settings": spec.describe(), "trials": rows, "n": len(rows),
+        "errors": errors, "cap_s": cap, "kill_after_s": list(kill_after), "median_s": median(takeovers),
+        "min_s": min(takeovers) if takeovers else None, "max_s": max(takeovers) if takeovers else None,
+        # The promise counts from the holder's last write, which was before the kill.
+        "target_s": lease + 3.0,
+    }
+
+
 CRASH_SPECS = {spec.name: crash_spec(spec) for spec in (DYNLOCK, PDL_FASTEST, MUTEX, PDL_DEFAULT)}
 
 __all__ = [
-    "CRASH_SPECS", "measure_calls", "measure_contended", "measure_crash", "measure_handoff",
+    "CRASH_SPECS", "measure_calls", "measure_contended", "measure_crash", "measure_crash_one_shot", "measure_handoff",
     "measure_heartbeats", "measure_uncontended", "FLOOR",
 ]

@@ -21,20 +21,7 @@ import sys
 import threading
 import time
 
-REAL_TIME = time.time
-TRUE_WALL_MINUS_MONOTONIC = time.time() - time.monotonic()
-
-
-def true_wall(monotonic_time: float | None = None) -> float:
-    return (time.monotonic() if monotonic_time is None else monotonic_time) + TRUE_WALL_MINUS_MONOTONIC
-
-
-def shift_wall_clock(offset: float) -> None:
-    if offset:
-        real_time, real_time_ns = time.time, time.time_ns
-        time.time = lambda: real_time() + offset  # type: ignore[assignment]
-        time.time_ns = lambda: real_time_ns() + int(offset * 1e9)  # type: ignore[assignment]
-
+from tests.workers import client_for, shift_wall_clock, true_wall
 
 class Report:
     def __init__(self, path: str):
@@ -64,7 +51,6 @@ def track_writes(client, report: Report, label: str) -> None:
 def main(role: str, endpoint: str, table: str, key: str, lease: str, offset: str, report_path: str,
          seconds: str = "30", interval: str = "0.2") -> None:
     shift_wall_clock(float(offset))
-    from tests.workers import client_for
 
     lease_s = float(lease)
     client = client_for(endpoint, table, lease_duration=lease_s, heartbeat_period=lease_s / 4)

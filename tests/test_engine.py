@@ -414,14 +414,41 @@ def test_a_forked_child_owns_none_of_its_parents_leases(dynlock):
 
 def test_keep_for_leaves_the_lock_held_then_lets_it_run_out(dynlock):
     lease = dynlock.acquire("cron", lease=5.0)
+    other = other_client(dynlock)
+    started = time.monotonic()  # before the keep_for write is sent: it keeps the key a second after that
     lease.keep_for(1.0)
     assert lease.state is LeaseState.RELEASED and dynlock.held == []
-    other = other_client(dynlock)
     try:
         assert other.try_acquire("cron") is None  # still busy for the other hosts
-        started = time.monotonic()
         taken = other.acquire("cron", wait=3)
         assert time.monotonic() - started >= 1.0 and taken.token > lease.token
         taken.release()
     finally:
         other.close()
+
+
+def test_release_after_a_break_and_another_holders_turn_raises_lost(dynlock):
+    """Broken by an operator, then acquired and released by someone else, all before our
+    next heartbeat: the item no longer says it was broken, but our release must still
+    report that the lease ended before it."""
+    lease = dynlock.acquire("brk2", lease=10.0)  # heartbeat every second
+    other = other_client(dynlock)
+    try:
+        assert other.break_lease("brk2", token=lease.token, reason="stuck")
+        other.acquire("brk2").release()
+        with pytest.raises(LockLost):
+            lease.release()
+    finally:
+        other.close()
+
+
+def test_release_after_the_lease_ran_out_frees_the_key_and_raises_lost(dynlock):
+    lease = dynlock.acquire("late", lease=1.5)
+    dynlock._heartbeater.discard(lease)
+    lease._heartbeat_due = -1.0  # its heartbeats stop: a paused process, as far as they go
+    time.sleep(1.6)
+    assert not lease.is_held
+    with pytest.raises(LockLost) as lost:
+        lease.release()
+    assert lost.value.reason == "expired"
+    assert dynlock.get("late") is None  # nobody had taken it: freed all the same

@@ -179,3 +179,26 @@ def test_a_break_whose_reply_was_lost_still_reports_broken(dynlock):
         finally:
             operator.close()
         assert proxy.errors == []
+
+
+def test_a_release_that_cannot_reach_dynamodb_is_retried_until_it_lands(dynlock):
+    """After an outage longer than the lease, the background retry still frees the key:
+    a conditional release is safe to repeat at any time."""
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 0.3, "connect_timeout": 0.3}
+        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=1.5,
+                            heartbeat_period=0.5, client_config=config)
+        try:
+            lease = holder.acquire("outage-release")
+            proxy.pause()  # DynamoDB unreachable for the holder only
+            lease.release()  # the work ran under a valid lease: a warning, no exception
+            time.sleep(2.5)  # past the lease's local validity, still unreachable
+            assert dynlock.get("outage-release").owner == lease.owner
+            proxy.resume()
+            deadline = time.monotonic() + 10
+            while dynlock.get("outage-release") is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            info = dynlock.get("outage-release", include_released=True)
+            assert info.owner is None and info.released_by == lease.owner  # our own release, not a takeover
+        finally:
+            holder.close()

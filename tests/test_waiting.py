@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import datetime as dt
 import threading
 import time
 
@@ -109,30 +108,84 @@ def test_a_starving_waiter_reserves_the_next_turn(dynlock):
         waiter.close()
 
 
-def test_the_reservation_of_a_dead_waiter_is_taken_over_after_one_lease(dynlock):
-    holder = dynlock.acquire("orphan", lease=1.5)
-    # What a waiter that reserved and then crashed leaves behind.
+def _orphan_reservation(dynlock, key: str, lease: float):
+    """A released key with the reservation a crashed waiter leaves behind; the old holder's lease."""
+    holder = dynlock.acquire(key, lease=lease)
     dummy_client(dynlock.server.endpoint_url).update_item(
         TableName=dynlock.options.table_name,
-        Key={"key": {"S": "orphan"}},
+        Key={"key": {"S": key}},
         UpdateExpression="SET reserved_by = :dead",
         ExpressionAttributeValues={":dead": {"S": "dead-host:1:0:0"}},
     )
     holder.release()
+    return holder
+
+
+def test_the_reservation_of_a_dead_waiter_lapses_soon_after_the_release(dynlock):
+    # A 10 s lease: watching the key (the fallback) would take 10 s; the lapse takes 2.
+    holder = _orphan_reservation(dynlock, "orphan", lease=10.0)
     info = dynlock.get("orphan", include_released=True)
-    assert info.reserved_by == "dead-host:1:0:0" and not info.is_held
-    assert formatting.state(info, dt.datetime.now(dt.timezone.utc)) == "reserved"  # as showlocks --all shows it
+    assert info.reserved_by == "dead-host:1:0:0" and not info.is_held and info.is_breakable
+    assert formatting.state(info, dynlock.server_datetime()) == "reserved"  # as showlocks shows it
+    assert [i.key for i in dynlock.leases()] == ["orphan"]  # listed, so that it can be broken
     newcomer = other_client(dynlock)
     try:
-        assert newcomer.try_acquire("orphan") is None  # the turn is the reserver's
+        assert newcomer.try_acquire("orphan") is None  # the turn is the reserver's, for now
         started = time.monotonic()
-        lease = newcomer.acquire("orphan", wait=5)
+        lease = newcomer.acquire("orphan", wait=8)
         took = time.monotonic() - started
-        assert 1.3 <= took < 3.0, took  # one lease (1.5 s) after it first saw the release
+        lapse = engine_client.RESERVATION_GRACE + newcomer.clock.uncertainty() + dynlock.clock.uncertainty()
+        assert took <= lapse + 0.3, took
         assert lease.token > holder.token
         lease.release()
     finally:
         newcomer.close()
+
+
+def test_a_break_clears_a_dead_waiters_reservation(dynlock):
+    _orphan_reservation(dynlock, "orphan", lease=10.0)
+    token = dynlock.get("orphan", include_released=True).token
+    assert dynlock.break_lease("orphan", token=token, reason="dead waiter")
+    info = dynlock.get("orphan", include_released=True)
+    assert info.reserved_by is None and info.was_broken and not info.is_breakable
+    newcomer = other_client(dynlock)
+    try:
+        assert newcomer.try_acquire("orphan") is not None  # free at once
+    finally:
+        newcomer.close()
+
+
+def test_a_waiter_that_leaves_for_any_reason_gives_its_reserved_turn_back(dynlock):
+    """SystemExit, KeyboardInterrupt, a task's time limit: not only the library's own errors."""
+    waiter = other_client(dynlock)
+    ready, stop, refused = threading.Event(), threading.Event(), []
+    thread = threading.Thread(
+        target=_swap_holders, args=(dynlock.server, dynlock.options.table_name, "hot", ready, stop, refused)
+    )
+    reserved = threading.Event()
+    original = waiter._reserve
+
+    def reserve_then_exit(*args):
+        if original(*args):
+            reserved.set()
+            raise SystemExit("the worker is shutting down")  # right after the reservation landed
+        return False
+
+    waiter._reserve = reserve_then_exit
+    thread.start()
+    try:
+        assert ready.wait(10)
+        with pytest.raises(SystemExit):
+            waiter.acquire("hot", wait=6)
+        assert reserved.is_set()
+        item = dummy_client(dynlock.server.endpoint_url).get_item(
+            TableName=dynlock.options.table_name, Key={"key": {"S": "hot"}}, ConsistentRead=True
+        )["Item"]
+        assert "reserved_by" not in item
+    finally:
+        stop.set()
+        thread.join(10)
+        waiter.close()
 
 
 def test_a_reservation_only_lands_under_the_holder_it_was_made_for(dynlock):

@@ -443,7 +443,7 @@ class LockClient:
         takeover_rvn: str | None,
     ) -> tuple[dict[str, Any], float]:
         """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
-        self.boto  # built before the stamp is taken: building it takes a while the first time
+        _ = self.boto  # built before the stamp is taken: building it takes a while the first time
         at = time.monotonic()
         stamp = self._stamp(at)
         earliest = self.clock.earliest(at)
@@ -468,10 +468,11 @@ class LockClient:
             ":holder": it.holder_map(holder),
             ":gc": self._gc_at(stamp, lease_seconds),
             # A key whose item was deleted by TTL starts again from the clock in µs,
-            # above every token issued before (unless a million were issued a second):
-            # TTL deletes the item no sooner than a lease + RETENTION after its last
-            # write, far more than any client's error about DynamoDB's clock.
-            ":base": it.num(int(self.clock.now() * 1_000_000)),
+            # above every token issued before (unless a million were issued a second).
+            # The latest DynamoDB's clock can read is never behind it, and an earlier
+            # base was at most its writer's uncertainty ahead: TTL deletes an item no
+            # sooner than a lease + RETENTION after its last write, far more than that.
+            ":base": it.num(int(stamp * 1_000_000)),
             ":one": it.num(1),
             ":tag": {"S": tag},
         }
@@ -613,6 +614,7 @@ class LockClient:
                     if clock_was_known:
                         return lease
                     kept, item_now = self._restamp(lease, attempt, expires, sent)
+                    attempt.seq = lease._seq  # the restamp was a write of this acquisition too
                     if kept:
                         return lease
                     look = lambda: item_now  # noqa: E731  (taken while we restamped: busy)
@@ -634,6 +636,7 @@ class LockClient:
                             # Every acquire, takeovers included, removes the reservation.
                             attempt.reserved = item.get(it.RESERVED_BY, {}).get("S") == attempt.owner
                         if item and not attempt.reserved and self._starving(item, attempt.owner, holders_seen, began):
+                            attempt.reserved = True  # it may land even if we are interrupted: then give it back
                             attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
             now = time.monotonic()
             if (write and not clock_was_known and self.clock.known and not rechecked and error is None

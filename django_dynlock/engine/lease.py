@@ -2,10 +2,11 @@
 
 A :class:`Lease` decides locally, without the network, whether its holder may still
 act: until ``send time of the last successful write + lease - safety margin`` on
-this process' monotonic clock. Waiters elsewhere may take over only after watching
-the record unchanged for a full lease on *their* monotonic clock, which starts no
-earlier than our write was applied; so with clocks that run at the same rate the
-two intervals never overlap, whatever the wall clocks say.
+this process' monotonic clock, and never past the moment DynamoDB's clock could
+reach the expiry that write stored. Takers need that expiry to be past by the
+earliest DynamoDB's clock can read (or, as a fallback, to have watched the record
+unchanged for a full lease on their own monotonic clock); so with clocks that run at
+the same rate the two intervals never overlap, whatever the wall clocks say.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from typing import Any
 
 from django_dynlock.exceptions import DynLockError, LockLost, LockNotAcquired
 from tests.reliability.history import Section
-from tests.workers import client_for
+from tests.workers import client_for, shift_wall_clock, true_wall
 
 READY_TIMEOUT = 120.0  # seconds a child waits for the go signal
 
@@ -50,8 +50,7 @@ class Plan:
     read_timeout: float = 0.25
     max_sections: int = 100_000
     max_seconds: float = 120.0
-    clock_offset: float = 0.0  # seconds added to the engine's wall clock
-    max_clock_skew: float | None = None
+    clock_offset: float = 0.0  # seconds added to this process' wall clock
     seed: int = 0
     announce: bool = False  # write a "begin" record as each section starts
     extra: dict[str, Any] = field(default_factory=dict)  # more ClientOptions fields
@@ -63,43 +62,7 @@ class Plan:
             "retries": {"total_max_attempts": 1, "mode": "standard"},
         }
         return client_for(self.endpoint_url, self.table, lease_duration=self.lease, heartbeat_period=self.heartbeat,
-                          client_config=config, max_clock_skew=self.max_clock_skew, **self.extra)
-
-
-class ShiftedClock:
-    """Stands in for the ``time`` module: ``time()`` runs ``offset`` seconds off,
-    everything else (``monotonic``, ``sleep``, ...) is the real thing."""
-
-    def __init__(self, real: Any, offset: float):
-        self._real = real
-        self.offset = offset
-
-    def time(self) -> float:
-        return self._real.time() + self.offset
-
-    def time_ns(self) -> int:
-        return self._real.time_ns() + int(self.offset * 1e9)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._real, name)
-
-
-def shift_engine_clock(offset: float) -> None:
-    """Make the lease engine of this process read a wall clock ``offset`` seconds off.
-
-    The engine reads the wall clock only through its module's ``time`` attribute
-    (``django_dynlock.engine.client``); the monotonic clock stays untouched, as it
-    would on a host whose wall clock is wrong.
-    """
-    if offset:
-        from django_dynlock.engine import client as engine_client
-
-        engine_client.time = ShiftedClock(time, offset)  # type: ignore[assignment]
-
-
-def wall(monotonic_time: float) -> float:
-    """A time.monotonic() instant on this host's wall clock."""
-    return time.time() - (time.monotonic() - monotonic_time)
+                          client_config=config, **self.extra)
 
 
 class Recorder:
@@ -125,8 +88,8 @@ def listener_for(recorder: Recorder, worker: str):
             return
         recorder.write({
             "type": "event", "event": event, "worker": worker, "key": lease.key, "token": lease.token,
-            "t": time.time(), "m": time.monotonic(), "valid_until": lease.valid_until,
-            "valid_until_wall": wall(lease.valid_until), "lease_seconds": lease.lease_seconds,
+            "t": true_wall(), "m": time.monotonic(), "valid_until": lease.valid_until,
+            "valid_until_wall": true_wall(lease.valid_until), "lease_seconds": lease.lease_seconds,
             "reason": info.get("reason"), "error": type(info["error"]).__name__ if info.get("error") else None,
         })
     return on_event
@@ -163,7 +126,7 @@ def log_to_file(plan: Plan) -> None:
 def run_sections(plan: Plan, go: Any, stop: Any) -> None:
     """Critical sections on random keys of ``plan.keys`` until ``stop`` or a bound."""
     log_to_file(plan)
-    shift_engine_clock(plan.clock_offset)
+    shift_wall_clock(plan.clock_offset)
     rng = random.Random(plan.seed)
     recorder = Recorder(plan.out)
     client = plan.client()
@@ -193,7 +156,7 @@ def one_section(plan: Plan, client: Any, key: str, recorder: Recorder, stats: Co
         stats[f"acquire_error:{type(exc).__name__}"] += 1
         time.sleep(0.05)
         return
-    start = time.time()
+    start = true_wall()
     stats["sections"] += 1
     if plan.announce:
         recorder.write({"type": "begin", "worker": plan.name, "key": key, "token": lease.token, "start": start})
@@ -203,14 +166,14 @@ def one_section(plan: Plan, client: Any, key: str, recorder: Recorder, stats: Co
     try:
         lease.raise_if_lost()
     except LockLost as lost:
-        end = min(time.time(), wall(lease.valid_until))
+        end = min(true_wall(), true_wall(lease.valid_until))
         stats["lost"] += 1
         recorder.write(Section(key, lease.token, start, end, wrote=False, read=value,
                                worker=plan.name, lost_reason=lost.reason).to_json())
         release(lease, stats)
         return
     write_counter(path, value + 1, plan.name)
-    end = time.time()
+    end = true_wall()
     stats["wrote"] += 1
     recorder.write(Section(key, lease.token, start, end, wrote=True, read=value, worker=plan.name).to_json())
     release(lease, stats)
@@ -233,17 +196,17 @@ def victim(plan: Plan) -> None:
     it checks its lease before writing, like every other section.
     """
     log_to_file(plan)
-    shift_engine_clock(plan.clock_offset)
+    shift_wall_clock(plan.clock_offset)
     recorder = Recorder(plan.out)
     client = plan.client()
     client.add_listener(listener_for(recorder, plan.name))
     key = plan.keys[0]
     lease = client.acquire(key, wait=plan.wait)
-    start = time.time()
+    start = true_wall()
     path = counter_path(plan.counter_dir, key)
     value = read_counter(path)
     recorder.write({"type": "begin", "worker": plan.name, "key": key, "token": lease.token, "start": start,
-                    "read": value, "valid_until_wall": wall(lease.valid_until)})
+                    "read": value, "valid_until_wall": true_wall(lease.valid_until)})
     go = Path(plan.out + ".go")
     deadline = time.monotonic() + plan.max_seconds
     while not go.exists() and time.monotonic() < deadline:
@@ -251,12 +214,12 @@ def victim(plan: Plan) -> None:
     try:
         lease.raise_if_lost()
     except LockLost as lost:
-        end = min(time.time(), wall(lease.valid_until))
+        end = min(true_wall(), true_wall(lease.valid_until))
         recorder.write(Section(key, lease.token, start, end, wrote=False, read=value,
                                worker=plan.name, lost_reason=lost.reason).to_json())
     else:
         write_counter(path, value + 1, plan.name)
-        recorder.write(Section(key, lease.token, start, time.time(), wrote=True, read=value, worker=plan.name).to_json())
+        recorder.write(Section(key, lease.token, start, true_wall(), wrote=True, read=value, worker=plan.name).to_json())
     recorder.close()
     client.close()
 
@@ -266,17 +229,17 @@ def believe_and_report(plan: Plan, report: str, seconds: float) -> None:
     this holder believes it holds the lock (what a careful holder checks before each
     side effect). Used by the clock-skew scenarios."""
     log_to_file(plan)
-    shift_engine_clock(plan.clock_offset)
+    shift_wall_clock(plan.clock_offset)
     client = plan.client()
     recorder = Recorder(plan.out)
     client.add_listener(listener_for(recorder, plan.name))
     lease = client.acquire(plan.keys[0], wait=plan.wait)
     with open(report, "a", buffering=1) as out:
-        out.write(f"ACQUIRED {lease.token} {time.time():.6f}\n")
+        out.write(f"ACQUIRED {lease.token} {true_wall():.6f}\n")
         deadline = time.monotonic() + seconds
         while time.monotonic() < deadline:
             held = lease.is_held
-            out.write(f"{'HELD' if held else 'LOST'} {time.time():.6f}\n")
+            out.write(f"{'HELD' if held else 'LOST'} {true_wall():.6f}\n")
             if not held:
                 break
             time.sleep(0.005)

@@ -103,7 +103,7 @@ class Command(DynLockCommand):
         if counts.hidden_expired:
             self.stdout.write(
                 f"({counts.hidden_expired} expired lease{'s' if counts.hidden_expired != 1 else ''} not shown: "
-                f"the holder stopped renewing. A waiter takes over after watching for a full lease; "
-                f"--all shows them, breaklock frees them.)",
+                f"the holder stopped renewing. The next acquire takes it over; "
+                f"--all shows them.)",
                 style_func=self.style.WARNING,
             )
