@@ -216,16 +216,19 @@ class Floor:
     """
 
     ACQUIRE_EXPRESSION = (
-        "SET #owner = :me, #rvn = :rvn, #lease_ms = :lease_ms, #expires_at = :expires, "
+        "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
         "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
         "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at, #reserved_by"
     )
     # A free key, unless this acquisition was already released (the engine's guard
     # against a delayed duplicate of an acquire landing after its release) or another
-    # waiter has reserved the next turn.
+    # waiter has reserved the next turn (and not let it lapse); our own earlier attempt;
+    # or a holder whose expiry passed by DynamoDB's clock. The engine's steady state: a
+    # client that knows DynamoDB's clock from an earlier reply.
     ACQUIRE_CONDITION = (
         "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)"
-        " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me)) OR #owner = :me"
+        " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me OR #released_at < :lapsed))"
+        " OR (#owner = :me AND #seq < :seq) OR (attribute_exists(#owner) AND #expires_at < :earliest)"
     )
     RELEASE_EXPRESSION = (
         "SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner"
@@ -241,8 +244,8 @@ class Floor:
         self.pid = str(os.getpid())
         self.acquire_names = {
             f"#{n}": n
-            for n in ("owner", "rvn", "fence", "lease_ms", "expires_at", "acquired_at", "host", "pid", "thread", "holder",
-                      "released_at", "reserved_by")
+            for n in ("owner", "rvn", "seq", "fence", "lease_ms", "expires_at", "acquired_at", "host", "pid", "thread",
+                      "holder", "released_at", "reserved_by")
         }
         self.acquire_names["#gc"] = "gc_at"
         self.release_names = {f"#{n}": n for n in ("owner", "rvn", "released_at", "released_by")}
@@ -254,19 +257,24 @@ class Floor:
         owner = uuid.uuid4().hex
         slot, tag = release_slot(owner)
         names = {**self.acquire_names, "#slot": slot}
-        values = {":tag": {"S": tag}} if condition is None or "#slot" in condition else {}
-        if condition is not None and "#slot" not in condition:
+        condition = condition or self.ACQUIRE_CONDITION
+        values = {":tag": {"S": tag}} if "#slot" in condition else {}
+        if "#slot" not in condition:
             del names["#slot"]
+        for name, value in ((":lapsed", now - 2.0), (":earliest", now)):
+            if name in condition:
+                values[name] = {"N": repr(round(value, 6))}
         reply = self.boto.update_item(
             TableName=TABLE,
             Key={"key": {"S": key}},
             UpdateExpression=self.ACQUIRE_EXPRESSION,
-            ConditionExpression=condition or self.ACQUIRE_CONDITION,
+            ConditionExpression=condition,
             ExpressionAttributeNames=names,
             ExpressionAttributeValues={
                 **values,
                 ":me": {"S": owner},
                 ":rvn": {"S": uuid.uuid4().hex},
+                ":seq": {"N": "1"},
                 ":lease_ms": {"N": self.lease_ms},
                 ":expires": {"N": repr(round(now + LEASE_DURATION, 6))},
                 ":now": {"N": repr(round(now, 6))},
@@ -317,6 +325,8 @@ def engine_requests_match(endpoint_url: str) -> list[str]:
 
     client.boto.meta.events.register("before-call.dynamodb", capture, unique_id="bench-floor-check")
     try:
+        client.acquire(f"floor-check-{uuid.uuid4().hex[:6]}").release()  # learns DynamoDB's clock
+        seen.clear()
         client.acquire(f"floor-check-{uuid.uuid4().hex[:6]}").release()
     finally:
         client.close()
