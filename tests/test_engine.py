@@ -444,8 +444,7 @@ def test_release_after_a_break_and_another_holders_turn_raises_lost(dynlock):
 
 def test_release_after_the_lease_ran_out_frees_the_key_and_raises_lost(dynlock):
     lease = dynlock.acquire("late", lease=1.5)
-    dynlock._heartbeater.discard(lease)
-    lease._heartbeat_due = -1.0  # its heartbeats stop: a paused process, as far as they go
+    dynlock._heartbeater.stop()  # no more renewals: as far as this lease goes, a paused process
     time.sleep(1.6)
     assert not lease.is_held
     with pytest.raises(LockLost) as lost:
