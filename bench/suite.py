@@ -567,6 +567,28 @@ def crash_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) ->
     waiter_child(spec, endpoint_url, conn, max_messages, CHILD_REPLY_TIMEOUT * 6)
 
 
+@contextlib.contextmanager
+def _killed_holder(spec: Spec, endpoint_url: str, ctx: Any, key: str, delay: float,
+                   when_held: Callable[[], None] = lambda: None) -> Iterator[tuple[float, float]]:
+    """A holder process that acquires ``key`` and is SIGKILLed ``delay`` s later (after
+    ``when_held()``); yields the wall times of its acquire and of the kill."""
+    holder_conn, holder_child = ctx.Pipe()
+    holder = ctx.Process(target=crash_holder, args=(spec, endpoint_url, key, holder_child), daemon=True)
+    try:
+        holder.start()
+        _, acquired = _expect(holder_conn, "held", CHILD_START_TIMEOUT)
+        when_held()
+        time.sleep(max(0.0, acquired + delay - time.time()))
+        killed = time.time()
+        os.kill(holder.pid, signal.SIGKILL)  # our own child, by its pid
+        holder.join(10)
+        yield acquired, killed
+    finally:
+        if holder.is_alive():
+            holder.kill()
+            holder.join(5)
+
+
 def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_after: tuple[float, float],
                   cap: float, say: Callable[[str], None] | None = None) -> dict[str, Any]:
     """A holder acquires with the crash lease, is SIGKILLed ``kill_after`` s later; a waiter
@@ -588,18 +610,12 @@ def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_aft
             if index and time.monotonic() - began >= cap:
                 break
             key = f"crash-{spec.name}-{run_id}-{index}"
-            holder_conn, holder_child = ctx.Pipe()
-            holder = ctx.Process(target=crash_holder, args=(spec, endpoint_url, key, holder_child), daemon=True)
-            try:
-                holder.start()
-                _, acquired = _expect(holder_conn, "held", CHILD_START_TIMEOUT)
+
+            def start_waiting(key: str = key) -> None:
                 waiter_conn.send(("wait", key, wait))
                 _expect(waiter_conn, "waiting")
-                delay = rng.uniform(*kill_after)
-                time.sleep(max(0.0, acquired + delay - time.time()))
-                killed = time.time()
-                os.kill(holder.pid, signal.SIGKILL)  # our own child, by its pid
-                holder.join(10)
+
+            with _killed_holder(spec, endpoint_url, ctx, key, rng.uniform(*kill_after), start_waiting) as (acquired, killed):
                 if not waiter_conn.poll(wait + CHILD_REPLY_TIMEOUT):
                     raise BenchError("crash waiter did not answer")
                 message = waiter_conn.recv()
@@ -614,10 +630,6 @@ def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_aft
                              "waiter_calls_total": sum(calls.values())})
                 if say:
                     say(f"    {spec.name}: crash trial {index + 1}: takeover {got - killed:.2f} s")
-            finally:
-                if holder.is_alive():
-                    holder.kill()
-                    holder.join(5)
     finally:
         _stop_children([waiter], [waiter_conn])
     takeovers = [r["takeover_s"] for r in rows]
@@ -659,15 +671,7 @@ def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int,
     run_id = uuid.uuid4().hex[:6]
     for index in range(trials):
         key = f"oneshot-{spec.name}-{run_id}-{index}"
-        holder_conn, holder_child = ctx.Pipe()
-        holder = ctx.Process(target=crash_holder, args=(spec, endpoint_url, key, holder_child), daemon=True)
-        try:
-            holder.start()
-            _, acquired = _expect(holder_conn, "held", CHILD_START_TIMEOUT)
-            time.sleep(max(0.0, acquired + rng.uniform(*kill_after) - time.time()))
-            killed = time.time()
-            os.kill(holder.pid, signal.SIGKILL)  # our own child, by its pid
-            holder.join(10)
+        with _killed_holder(spec, endpoint_url, ctx, key, rng.uniform(*kill_after)) as (acquired, killed):
             got = None
             for attempt in range(1, 1000):  # bounded by cap: each is a process start
                 conn, child = ctx.Pipe()
@@ -686,10 +690,6 @@ def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int,
             rows.append({"takeover_s": got - killed, "attempts": attempt, "held_before_kill_s": killed - acquired})
             if say:
                 say(f"    {spec.name}: one-shot crash trial {index + 1}: takeover {got - killed:.2f} s ({attempt} processes)")
-        finally:
-            if holder.is_alive():
-                holder.kill()
-                holder.join(5)
     takeovers = [r["takeover_s"] for r in rows]
     return {
         "lease_s": lease, "heartbeat_s": spec.heartbeat, "settings": spec.describe(), "trials": rows, "n": len(rows),

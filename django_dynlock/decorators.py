@@ -22,7 +22,6 @@ from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
-from .bridge import send_signal
 from .clients import get_lock_client
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
@@ -237,8 +236,11 @@ class dynamo_lock:
         return busy_response(error, status=int(policy))
 
     def _finish(self, handle: Handle, error: BaseException | None) -> None:
-        """Release; report a lease that ended during the call, never hiding ``error``."""
-        lost = not handle.is_held
+        """Release; report a lease that ended during the call, never hiding ``error``.
+
+        ``release()`` raises LockLost whenever the lease ended first, expired during
+        the call included (the engine then sends ``lock_lost`` itself).
+        """
         if error is not None:
             release_quietly_if_failing(handle, error)
             return
@@ -246,16 +248,6 @@ class dynamo_lock:
             handle.release()
         except LockLost as exc:
             self._lost(handle, exc)
-            return
-        if lost:
-            # Released fine, but the holder's validity had run out before the call ended:
-            # the protected code may have run unprotected at its end. Nobody else was
-            # told yet (the engine only reports leases taken or expired in the background).
-            for lease in _leases(handle):
-                send_signal("lost", client=self._client(), lease=lease, key=lease.key, token=lease.token,
-                            holder=lease.holder, reason="expired")
-            first = _leases(handle)[0]
-            self._lost(handle, LockLost(first.key, first.token, "expired", "the lease's local validity ended during the call"))
 
     def _lost(self, handle: Handle, exc: LockLost) -> None:
         logger.warning("lease lost while the protected code ran: %s", exc)
@@ -412,6 +404,3 @@ async def _acquire_in_thread(acquire: Callable[[], Handle]) -> Handle:
 def _is_status(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599
 
-
-def _leases(handle: Handle) -> list[Lease]:
-    return [handle] if isinstance(handle, Lease) else list(handle.leases)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 from django.test import AsyncClient
@@ -256,6 +257,24 @@ def test_lease_lost_during_the_call_raises_after_it_returns(dynlock):
             return "done"
 
         assert tolerant() == "done"
+    finally:
+        lock_lost.disconnect(receiver)
+
+
+def test_a_lease_that_ran_out_during_the_call_is_reported_once(dynlock):
+    sent = []
+    lock_lost.connect(receiver := (lambda **kw: sent.append(kw["reason"])), weak=False)
+    try:
+        @dynamo_lock("slow", lease=1.5)
+        def work():
+            dynlock._heartbeater.stop()  # no renewals: a process paused past its lease
+            time.sleep(1.6)
+            return "done"
+
+        with pytest.raises(LockLost, match="expired"):
+            work()
+        assert sent == ["expired"]
+        assert dynlock.get("slow") is None  # nobody had taken it: freed all the same
     finally:
         lock_lost.disconnect(receiver)
 

@@ -60,10 +60,9 @@ STARVING_AFTER = 0.5
 # after the release lapses: a waiter that died must not hold up the others.
 RESERVATION_GRACE = 2.0
 # A client's first write, before any reply told it DynamoDB's clock, stamps the
-# expiry with this host's wall clock; if the reply shows that stamp off by more than
-# this (seconds), the acquire rewrites it at once, so that no host's clock decides
-# when its lease may be taken over.
-STAMP_TOLERANCE = 1.0
+# expiry with this host's wall clock (see _restamp). A wall clock this far (seconds)
+# from DynamoDB's is worth a warning.
+CLOCK_WARNING = 1.0
 # What a client remembers of busy keys between calls (their record versions), so that
 # repeated short attempts add up to a watch of a whole lease.
 WATCHES_KEPT = 1024
@@ -354,7 +353,9 @@ class LockClient:
     def _start_holding(self, lease: Lease, *, waited: float) -> None:
         with self._lock:
             self._held.add(lease)
-        self._heartbeater.add(lease, self._period(lease.lease_seconds))
+        # The first renewal comes early if the first write left a short validity.
+        first = min(self._period(lease.lease_seconds), max(lease.remaining() / 2, self.options.min_retry_delay))
+        self._heartbeater.add(lease, first)
         self._emit("acquired", lease, waited=waited)
 
     def _stop_holding(self, lease: Lease) -> None:
@@ -371,7 +372,7 @@ class LockClient:
 
         The latest DynamoDB's clock can read then, so that no stored expiry comes
         earlier than its holder expects; this host's wall clock only for a client's
-        very first request, before any reply (see STAMP_TOLERANCE).
+        very first request, before any reply (see _restamp).
         """
         latest = self.clock.latest(at)
         return latest if latest is not None else time.time()
@@ -676,24 +677,35 @@ class LockClient:
 
     def _restamp(self, lease: Lease, attempt: _Attempt, expires: float, sent: float) -> tuple[bool, dict[str, Any] | None]:
         """After a client's first acquire, stamped by this host's wall clock: rewrite the
-        expiry by DynamoDB's clock if the reply shows the two far apart.
+        expiry by DynamoDB's clock, now known from the reply, where the wall clock's stamp
+        would cost something.
+
+        Later than DynamoDB's clock could have stamped it, a crash now would hold the key
+        past the promised bound; leaving less than half the lease, the holder could not
+        trust its lease long enough (the reply bounds DynamoDB's clock only to about a
+        second, which on a short lease is most of it). A wall clock right to within the
+        reply's resolution, on a lease of a few seconds or more, costs nothing.
 
         Returns (kept, item): kept is False when someone took the key meanwhile (a
         clock far behind stored an expiry in the past); item is what we saw then.
         """
         latest = self.clock.latest(sent)
-        if latest is None or abs(expires - (latest + lease.lease_seconds)) <= STAMP_TOLERANCE:
+        if latest is None:
             return True, None
-        logger.warning(
-            "this host's wall clock is %+.1fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",
-            expires - lease.lease_seconds - latest,
-        )
+        ahead = expires - (latest + lease.lease_seconds)
+        if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
+            return True, None
+        if abs(ahead) > CLOCK_WARNING:
+            logger.warning(
+                "this host's wall clock is about %+.0fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",
+                ahead,
+            )
         try:
             with lease._renew_lock:
                 applied, item = self._renew_write(lease, lease.lease_seconds)
         except DynLockError:
             if lease.remaining() > 0:
-                return True, None  # valid, only late to expire: the next heartbeat restamps it
+                return True, None  # valid, only late to expire or short: the next heartbeat restamps it
             attempt.ambiguous = True  # it is ours, but expired: undo it
             raise
         return applied, item
@@ -1107,10 +1119,8 @@ class LockClient:
             expired = not lease.is_held
             self._release_remote(lease, quiet=False)
             if expired:
-                raise lease._lost or LockLost(
-                    lease.key, lease.token, "expired",
-                    "the lease ran out before release(): the work may have overlapped another holder",
-                )
+                self._lose(lease, "expired", "the lease ran out before release(): the work may have overlapped another holder")
+                raise lease._lost or LockLost(lease.key, lease.token, "expired")
         finally:
             lease._mark_released()
             self._stop_holding(lease)
