@@ -23,7 +23,9 @@ def test_a_waiter_polls_a_held_key_with_reads(dynlock):
         waiter.try_acquire("warm")  # learn the server's capabilities
         with count_calls(waiter) as calls:
             with pytest.raises(LockNotAcquired):
-                waiter.acquire("held", wait=0.6)
+                # Long enough for 5 polls even when a loaded server stretches them to the
+                # poll floor's cap (10 MAX_RETRY_DELAYs, +25 % jitter: 0.31 s).
+                waiter.acquire("held", wait=2.0)
         # One acquire attempt, then consistent reads until the wait is over.
         assert calls["UpdateItem"] == 1, calls
         assert calls["GetItem"] >= 5, calls
