@@ -20,7 +20,7 @@ def test_a_waiter_polls_a_held_key_with_reads(dynlock):
     holder = dynlock.acquire("held")
     waiter = other_client(dynlock)
     try:
-        waiter.try_acquire("warm")  # learn the server's capabilities
+        waiter.try_acquire("warm").release()  # learn the server's capabilities
         with count_calls(waiter) as calls:
             with pytest.raises(LockNotAcquired):
                 # Long enough for 5 polls even when a loaded server stretches them to the
