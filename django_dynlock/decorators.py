@@ -198,9 +198,15 @@ class dynamo_lock:
     # -- what the current context holds -----------------------------------------
     @staticmethod
     def current(key: str | None = None) -> Handle | None:
-        """The innermost lease this thread or task holds through dynamo_lock (or the one for ``key``)."""
+        """The innermost lease this thread or task holds through dynamo_lock (or the one for ``key``).
+
+        Only its own: a task started inside a locked block, or a function run in another
+        thread with a copy of the context (``sync_to_async``), inherits the entries but
+        does not hold those leases.
+        """
+        me = _who()
         for entry in reversed(_held.get()):
-            if key is None or key in entry.keys:
+            if entry.owner is me and (key is None or key in entry.keys):
                 return entry.handle
         return None
 
@@ -262,6 +268,13 @@ class dynamo_lock:
             raise InvalidArgument(
                 f"dynamo_lock must be called to make a decorator: write @dynamo_lock() or "
                 f"@dynamo_lock(\"name:{{arg}}\"), not @dynamo_lock (got {type(func).__name__})"
+            )
+        if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
+            # Calling one only creates the generator: the lock would be released before
+            # its body ran.
+            raise InvalidArgument(
+                f"dynamo_lock cannot decorate the generator function {func.__qualname__}: its body runs after "
+                f"the call returns, unlocked. Lock inside it instead: with dynamo_lock(...): yield ..."
             )
         keys = self.keys or (f"{func.__module__}.{func.__qualname__}",)
         signature = _check_templates(keys, func)

@@ -302,3 +302,36 @@ def test_signals_carry_the_documented_arguments(dynlock):
     assert seen["acquired"]["holder"] == {"job": "x"} and seen["acquired"]["waited"] >= 0
     assert seen["released"]["held"] >= 0 and seen["released"]["token"] == seen["acquired"]["token"]
     assert seen["busy"]["key"] == "sig"
+
+
+def test_current_is_only_what_this_thread_or_task_holds(dynlock):
+    from asgiref.sync import sync_to_async
+
+    def in_another_thread():
+        return dynamo_lock.current()
+
+    async def in_a_child_task():
+        return dynamo_lock.current()
+
+    @dynamo_lock("mine")
+    async def holder():
+        lease = dynamo_lock.current()
+        # Both inherit a copy of the context, and with it the entry: not the lease.
+        seen = await sync_to_async(in_another_thread, thread_sensitive=False)()
+        child = await asyncio.create_task(in_a_child_task())
+        return lease, seen, child
+
+    lease, seen, child = asyncio.run(holder())
+    assert lease is not None and seen is None and child is None
+
+
+def test_a_generator_function_is_refused_at_decoration(dynlock):
+    with pytest.raises(InvalidArgument, match="generator function .*gen.*unlocked"):
+        @dynamo_lock("stream")
+        def gen():
+            yield 1
+
+    with pytest.raises(InvalidArgument, match="generator function"):
+        @dynamo_lock("stream")
+        async def agen():
+            yield 1
