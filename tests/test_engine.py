@@ -451,3 +451,48 @@ def test_release_after_the_lease_ran_out_frees_the_key_and_raises_lost(dynlock):
         lease.release()
     assert lost.value.reason == "expired"
     assert dynlock.get("late") is None  # nobody had taken it: freed all the same
+
+
+def test_a_fork_while_another_thread_holds_a_leases_lock_does_not_hang_the_child(dynlock):
+    """At fork only the forking thread survives: a lock another thread held then stays
+    held in the child forever, unless the child's copy of the lease gets fresh ones."""
+    import os
+    import signal
+
+    lease = dynlock.acquire("forked", lease=3.0)
+    taken, done = threading.Event(), threading.Event()
+
+    def hold_the_leases_lock():
+        with lease._lock, lease._renew_lock:  # what a renewal or a state change in flight holds
+            taken.set()
+            done.wait(10)
+
+    holder = threading.Thread(target=hold_the_leases_lock)
+    holder.start()
+    assert taken.wait(5)
+    pid = os.fork()  # the child's at-fork handler marks its copy of the lease lost
+    if pid == 0:  # the child: a quick check, then out, never back into pytest
+        code = 1
+        try:
+            assert not lease.is_held and lease.lost_reason == "fork"
+            try:
+                lease.release()
+            except LockLost:
+                code = 0
+        finally:
+            os._exit(code)
+    done.set()
+    holder.join(10)
+    status = None
+    for _ in range(100):  # bounded: a deadlocked child is killed, not waited for
+        finished, status = os.waitpid(pid, os.WNOHANG)
+        if finished:
+            break
+        time.sleep(0.05)
+    else:
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the forked child hung on a lock its parent's thread held at fork")
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
+    assert lease.is_held
+    lease.release()

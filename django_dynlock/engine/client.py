@@ -135,8 +135,11 @@ class LockClient:
 
     def _after_fork(self) -> None:
         # A child shares none of its parent's leases: the parent keeps renewing them,
-        # and the child must neither renew nor release them.
+        # and the child must neither renew nor release them. Only the forking thread
+        # exists in the child: a lock another thread held at fork stays held for ever,
+        # so the child's copies get fresh ones before anything takes them.
         for lease in list(self._held):
+            lease._after_fork()
             lease._mark_lost("fork", "a forked child does not own its parent's leases")
         self._boto = None
         self._init_process_state()

@@ -149,6 +149,11 @@ class Lease:
             self._lost = LockLost(self.key, self.token, reason, detail)
         return True
 
+    def _after_fork(self) -> None:
+        """In a forked child: new locks (a thread of the parent may have held the old ones at fork)."""
+        self._lock = threading.Lock()
+        self._renew_lock = threading.Lock()
+
     def _mark_released(self) -> None:
         with self._lock:
             self._state = LeaseState.RELEASED
