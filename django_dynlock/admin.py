@@ -140,12 +140,6 @@ class Row:
         return self.info.is_breakable
 
 
-def breakable(client: LockClient, key: str) -> LeaseInfo | None:
-    """What a break of ``key`` would end: its lease, or a waiter's reservation of a free key."""
-    info = client.get(key, include_released=True)
-    return info if info is not None and info.is_breakable else None
-
-
 def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
     state = fmt.state(info, now)
     left = info.expires_in(now) if info.is_held else None
@@ -425,13 +419,13 @@ class LeaseAdmin(admin.ModelAdmin):
                         messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
                         return HttpResponseRedirect(self._url("changelist", alias=alias))
                     status = 409
-                info = breakable(client, key)
+                info = fmt.breakable(client, key)
                 if status == 409:
                     messages.warning(request, self._not_broken(key, posted_token, info, now))
                 else:
                     status = 400
             else:
-                info = breakable(client, key)
+                info = fmt.breakable(client, key)
         except UnknownAlias as exc:
             error, status = problem(exc, alias), 400 if request.method == "POST" else 200
         except DynLockError as exc:
@@ -486,7 +480,7 @@ class LeaseAdmin(admin.ModelAdmin):
             client = get_lock_client(alias)
             now = client.server_datetime()
             for key in keys:
-                info = breakable(client, key)
+                info = fmt.breakable(client, key)
                 items.append((key, self._rows([info], alias, now)[0] if info is not None else None))
         except DynLockError as exc:
             error = problem(exc, alias)

@@ -65,7 +65,6 @@ def number(item: Mapping[str, Any], name: str) -> float | None:
     return float(value) if value is not None else None
 
 
-
 def _s(item: Mapping[str, Any], name: str) -> str | None:
     return item.get(name, {}).get("S")
 
@@ -118,7 +117,7 @@ class LeaseInfo:
     def expires_in(self, now: dt.datetime | None = None) -> float | None:
         """Seconds until the stored expiry (negative: past), at ``now``.
 
-        Pass DynamoDB's clock (``LockClient.server_time()``) where you have a client;
+        Pass DynamoDB's clock (``LockClient.server_datetime()``) where you have a client;
         the default is this machine's wall clock.
         """
         if self.expires_at is None:

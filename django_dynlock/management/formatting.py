@@ -9,6 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from typing import Any
 
+from ..engine.client import LockClient
 from ..engine.items import LeaseInfo
 
 # Holder metadata shown in the HOLDER column; everything else goes to METADATA.
@@ -41,6 +42,13 @@ def ago(when: dt.datetime | None, now: dt.datetime) -> str:
     if -CLOCK_ERROR < delta < 0:
         delta = 0.0  # two estimates of DynamoDB's clock: a moment ago, not in the future
     return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(delta)}"
+
+
+def breakable(client: LockClient, key: str) -> LeaseInfo | None:
+    """What a break of ``key`` would end (one read): its lease, or a waiter's reservation of
+    a free key; None when there is neither. For breaklock and the admin's break pages."""
+    info = client.get(key, include_released=True)
+    return info if info is not None and info.is_breakable else None
 
 
 def state(info: LeaseInfo, now: dt.datetime) -> str:

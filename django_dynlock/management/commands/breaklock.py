@@ -72,8 +72,8 @@ class Command(DynLockCommand):
             )
 
     def break_one(self, client: LockClient, key: str, token: int | None, reason: str, by: str, interactive: bool) -> bool:
-        info = client.get(key, include_released=True)
-        if info is None or not info.is_breakable:
+        info = fmt.breakable(client, key)
+        if info is None:
             self.not_broken(key, "not found: no live lease or reservation on this key")
             return False
         now = client.server_datetime()

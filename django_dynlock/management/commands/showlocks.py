@@ -84,7 +84,7 @@ class Command(DynLockCommand):
             first = next(leases, None)
             # Lease times are DynamoDB's clock, which the first page's reply told us.
             now = client.server_datetime()
-            infos = listing.visible(itertools.chain([first] if first else [], leases), now, show_all, counts)
+            infos = listing.visible(itertools.chain([first] if first is not None else [], leases), now, show_all, counts)
             if options["format"] == "json":
                 listing.write_json(infos, now, out)  # type: ignore[arg-type]
             elif options["format"] == "csv":
