@@ -410,6 +410,10 @@ def _refused(url: str) -> bool:
         socket.create_connection(("127.0.0.1", int(url.rsplit(":", 1)[1])), timeout=1).close()
     except ConnectionRefusedError:
         return True
+    except ConnectionResetError:
+        # Our connection sat in the backlog of a listener that was closing: it is going
+        # away, but not refusing yet. Look again.
+        return False
     return False
 
 
