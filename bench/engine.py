@@ -226,7 +226,7 @@ class Floor:
     # or a holder whose expiry passed by DynamoDB's clock. The engine's steady state: a
     # client that knows DynamoDB's clock from an earlier reply.
     ACQUIRE_CONDITION = (
-        "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag)"
+        "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag))"
         " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me OR #released_at < :lapsed))"
         " OR (#owner = :me AND #seq < :seq) OR (attribute_exists(#owner) AND #expires_at < :earliest)"
     )

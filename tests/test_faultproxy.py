@@ -486,3 +486,19 @@ def test_rejects_bad_arguments(moto: LocalServer, call: Callable[[FaultProxy], o
             call(proxy)
     finally:
         proxy.stop()  # never started: must still release the socket
+
+
+def test_a_proxy_502_counts_as_possibly_applied_and_retryable() -> None:
+    # A proxy in front of DynamoDB answers 502/504 when its upstream fails, possibly after
+    # passing the request on: the engine must treat it like DynamoDB's own 5xx.
+    from django_dynlock.engine.errors import may_have_applied, translate
+
+    with socket.socket() as spare:
+        spare.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{spare.getsockname()[1]}"  # bound, not listening: refused
+    with FaultProxy(dead, max_seconds=30) as proxy:
+        with pytest.raises(ClientError) as info:
+            make_client(proxy.endpoint_url).describe_table(TableName="any")
+    assert info.value.response["ResponseMetadata"]["HTTPStatusCode"] == 502
+    assert may_have_applied(info.value)
+    assert translate(info.value, table="any", endpoint=proxy.endpoint_url, action="test").retryable

@@ -356,10 +356,12 @@ class LockClient:
     def _start_holding(self, lease: Lease, *, waited: float) -> None:
         with self._lock:
             self._held.add(lease)
-        # The first renewal comes early if the first write left a short validity.
-        first = min(self._period(lease.lease_seconds), max(lease.remaining() / 2, self.options.min_retry_delay))
-        self._heartbeater.add(lease, first)
+        self._heartbeater.add(lease, self._first_heartbeat(lease))
         self._emit("acquired", lease, waited=waited)
+
+    def _first_heartbeat(self, lease: Lease) -> float:
+        # The first renewal comes early if the first write left a short validity.
+        return min(self._period(lease.lease_seconds), max(lease.remaining() / 2, self.options.min_retry_delay))
 
     def _stop_holding(self, lease: Lease) -> None:
         with self._lock:
@@ -492,7 +494,7 @@ class LockClient:
         # Or our own earlier attempt whose reply was lost, but never an earlier attempt
         # landing after a later one (the sequence number orders our writes).
         condition = (
-            f"(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR #slot <> :tag) AND ({reservation}))"
+            f"(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag)) AND ({reservation}))"
             " OR (#owner = :me AND #seq < :seq)"
         )
         if takeover_rvn is not None:
@@ -584,6 +586,7 @@ class LockClient:
         tries = 0
         write = True
         rechecked = False
+        stale = False
         holders_seen: set[str] = set()
         while True:
             due = self._takeover_in(last_item, watch, time.monotonic())
@@ -615,13 +618,21 @@ class LockClient:
                 else:
                     lease = self._new_lease(key, stored, attempt, int(reply["Attributes"][it.FENCE]["N"]),
                                             lease_seconds, sent, expires, holder)
-                    if clock_was_known:
+                    kept, item_now = (True, None) if clock_was_known else self._restamp(lease, attempt, expires, sent)
+                    attempt.seq = lease._seq  # a restamp is a write of this acquisition too
+                    if kept and lease.is_held:
                         return lease
-                    kept, item_now = self._restamp(lease, attempt, expires, sent)
-                    attempt.seq = lease._seq  # the restamp was a write of this acquisition too
                     if kept:
-                        return lease
-                    look = lambda: item_now  # noqa: E731  (taken while we restamped: busy)
+                        # Ours, but the reply came too late to use: this thread did not run for
+                        # about a lease. Never hand out a lease that has already ended: write
+                        # again (it recognises itself and starts a fresh lease), once at once.
+                        attempt.ambiguous = True
+                        if not stale:
+                            stale = True
+                            continue
+                        error, look = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True), None
+                    else:
+                        look = lambda: item_now  # noqa: E731  (taken while we restamped: busy)
             else:
                 look = lambda: self._get_item(stored)  # noqa: E731
             if look is not None:
@@ -773,31 +784,45 @@ class LockClient:
         """
         if attempt.reserved:
             self._try_update(
-                stored, "give up a reservation", "REMOVE #reserved_by", "#reserved_by = :me",
-                self._names(it.RESERVED_BY), {":me": {"S": attempt.owner}},
+                "give up a reservation", Key=self._key(stored), UpdateExpression="REMOVE #reserved_by",
+                ConditionExpression="#reserved_by = :me", ExpressionAttributeNames=self._names(it.RESERVED_BY),
+                ExpressionAttributeValues={":me": {"S": attempt.owner}},
             )
-        if not attempt.ambiguous:
-            return
-        slot, tag = it.release_slot(attempt.owner)
-        undone = self._try_update(
-            stored, "undo an unconfirmed acquire",
-            "SET #released_at = :now, #released_by = :me, #slot = :tag, #rvn = :rvn REMOVE #owner", "#owner = :me",
-            {**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#slot": slot},
-            {":me": {"S": attempt.owner}, ":now": it.num(self.clock.now()), ":tag": {"S": tag}, ":rvn": {"S": uuid.uuid4().hex}},
-        )
-        if undone is False:
-            # Not ours now, but an attempt of ours may still be in flight: mark this owner
-            # released, so that it cannot land on a free key afterwards (a ghost holder).
-            self._try_update(stored, "mark an abandoned acquire", "SET #slot = :tag", None, {"#slot": slot}, {":tag": {"S": tag}})
+        if attempt.ambiguous:
+            self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:")
 
-    def _try_update(
-        self, stored: str, action: str, update: str, condition: str | None, names: dict[str, str], values: dict[str, Any]
-    ) -> bool | None:
+    def _end_owner(self, stored: str, owner: str, action: str, *, mark: str, release: dict[str, Any] | None = None) -> None:
+        """Make sure no write of ``owner`` holds the key, now or later: no ghost holder.
+
+        An acquire of ours delayed in the network may land at any time while the key is
+        free: after we gave up waiting for its reply, after a break, after a taker's
+        release. First mark ``owner``'s release slot, whoever holds the key, so that
+        none can land from then on (items.RELEASE_SLOTS); then release the key in case
+        one landed before the mark. In the other order, one landing between the two
+        writes would hold the key for nobody until its expiry passed.
+
+        ``mark`` prefixes the tag: the acquire guard looks for the tag anywhere in the
+        slot, but a release recognises its own earlier success by the bare tag alone,
+        which these marks must never look like. ``release`` replaces the owner's own
+        release write.
+        """
+        slot, tag = it.release_slot(owner)
+        self._try_update(
+            action, Key=self._key(stored), UpdateExpression="SET #slot = :tag, #gc = if_not_exists(#gc, :gc)",
+            ExpressionAttributeNames={"#slot": slot, "#gc": self.options.ttl_attribute},
+            ExpressionAttributeValues={":tag": {"S": mark + tag}, ":gc": self._gc_at(self.clock.now())},
+        )
+        self._try_update(action, **(release or self._release_request(stored, owner)))
+
+    def _disown(self, lease: Lease) -> None:
+        """After a lease was taken from us or broken: no late write of ours may hold the key (two writes, on losses only)."""
+        if not lease._disowned:
+            lease._disowned = True
+            self._end_owner(lease.stored_key, lease.owner, "make sure a lost lease leaves no late write", mark="lost:")
+
+    def _try_update(self, action: str, **params: Any) -> bool | None:
         """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
-        params: dict[str, Any] = dict(Key=self._key(stored), UpdateExpression=update, ExpressionAttributeNames=names,
-                                      ExpressionAttributeValues=values)
-        if condition is not None:
-            params["ConditionExpression"] = condition
+        stored = params["Key"][self.options.key_attribute]["S"]
         try:
             self._call("update_item", action, **params)
         except ClientError:
@@ -855,15 +880,40 @@ class LockClient:
     def _acquire_in_order(
         self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
     ) -> list[Lease]:
-        leases: list[Lease] = []
-        try:
-            for stored in ordered:
-                leases.append(self._acquire_remote(by_stored[stored], stored, give_up_at, lease_s, holder, single=False))
-        except BaseException:
-            for lease in reversed(leases):
-                self._release_remote(lease, quiet=True)
-            raise
-        return leases
+        """Without transactions: one key at a time, in sorted order; all or none.
+
+        Each key is renewed by the heartbeat as soon as it is ours, so that a long wait
+        for a later key cannot let an earlier one run out. If one was broken or taken
+        meanwhile all are given back, and the whole group is tried again while ``wait``
+        lasts: a group is only handed out while every lease in it holds.
+        """
+        started = time.monotonic()
+        while True:
+            leases: list[Lease] = []
+            try:
+                for stored in ordered:
+                    lease = self._acquire_remote(by_stored[stored], stored, give_up_at, lease_s, holder, single=False)
+                    leases.append(lease)
+                    # Renewed, but not yet among held(): acquire_many() holds its gate until all are ours.
+                    self._heartbeater.add(lease, self._first_heartbeat(lease))
+            except BaseException:
+                self._give_back(leases)
+                raise
+            lost = [lease for lease in leases if not lease.is_held]
+            if not lost:
+                return leases
+            self._give_back(leases)
+            now = time.monotonic()
+            if now >= give_up_at:
+                info = self.get(lost[0].key)
+                raise LockNotAcquired(lost[0].key, holder=info, retry_after=self._retry_after(info, None, None),
+                                      waited=now - started, keys=tuple(by_stored.values()))
+
+    def _give_back(self, leases: list[Lease]) -> None:
+        """Release the leases of a group that could not be completed (quietly: none was handed out)."""
+        for lease in reversed(leases):
+            lease._mark_released()  # no more renewals
+            self._release_remote(lease, quiet=True)
 
     def _acquire_transaction(
         self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
@@ -884,9 +934,11 @@ class LockClient:
         watches: dict[str, _Watch | None] = {stored: self._remembered(stored) for stored in ordered}
         items: dict[str, dict[str, Any] | None] = {}
         tries = 0
+        rechecked = False
         started = time.monotonic()
         while True:
             now = time.monotonic()
+            clock_was_known = self.clock.known
             attempt.seq += 1
             updates = []
             expiries = []
@@ -937,9 +989,20 @@ class LockClient:
             else:
                 self.has_transactions = True
                 leases = self._leases_after_transaction(by_stored, ordered, attempt, lease_s, sent, min(expiries), holder)
-                for stored in ordered:
-                    self._remember(stored, None)
-                return leases
+                held = all(lease.is_held for lease in leases)
+                wall_stamped = not clock_was_known and self.clock.known
+                if held and not (wall_stamped and not rechecked):
+                    for stored in ordered:
+                        self._remember(stored, None)
+                    return leases
+                # Ours, but stamped by this host's wall clock (a client's first write; the
+                # reply told us DynamoDB's), or the replies came too late to use (see
+                # _acquire_loop): write again, once at once. It recognises itself.
+                attempt.ambiguous = True
+                if not rechecked:
+                    rechecked = True
+                    continue
+                error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
             now = time.monotonic()
             if now >= give_up_at:
                 if busy is not None:
@@ -1046,6 +1109,8 @@ class LockClient:
             logger.warning("%r lost: %s", lease, lease._lost)
             self._stop_holding(lease)
             self._emit("lost", lease, reason=reason)
+            if reason in ("taken", "broken", "released"):  # the item shows it is not ours
+                self._disown(lease)
 
     def _why_not_ours(self, lease: Lease, item: Mapping[str, Any] | None) -> tuple[str, str]:
         info = self._info(item)
@@ -1136,23 +1201,9 @@ class LockClient:
         shows the key is no longer ours.
         """
         slot, tag = it.release_slot(lease.owner)
-        now = self.clock.now()
         try:
-            self._call(
-                "update_item", "release a lock",
-                Key=self._key(lease.stored_key),
-                UpdateExpression="SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner",
-                ConditionExpression="#owner = :me",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute, "#slot": slot},
-                ExpressionAttributeValues={
-                    ":me": {"S": lease.owner},
-                    ":tag": {"S": tag},
-                    ":now": it.num(now),
-                    ":rvn": {"S": uuid.uuid4().hex},
-                    ":gc": self._gc_at(now),
-                },
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            self._call("update_item", "release a lock", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                       **self._release_request(lease.stored_key, lease.owner))
         except ClientError as exc:
             try:
                 item = self._old_item(exc, lease.stored_key)
@@ -1170,6 +1221,7 @@ class LockClient:
             if item and (item.get(it.RELEASED_BY, {}).get("S") == lease.owner or item.get(slot, {}).get("S") == tag):
                 return
             if quiet:
+                self._disown(lease)  # taken or broken meanwhile
                 return
             reason, detail = self._why_not_ours(lease, item)
             self._lose(lease, reason, detail)
@@ -1179,6 +1231,23 @@ class LockClient:
                 # The work ran under a valid lease; only freeing it early failed.
                 logger.warning("could not release %r, retrying in the background: %s", lease, exc)
             self._release_later(lease)
+
+    def _release_request(self, stored: str, owner: str) -> dict[str, Any]:
+        """The release write of ``owner``: the item keeps its fence, loses its owner, and
+        remembers the release in the owner's slot (see items.RELEASE_SLOTS)."""
+        slot, tag = it.release_slot(owner)
+        now = self.clock.now()
+        return dict(
+            Key=self._key(stored),
+            UpdateExpression="SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner",
+            ConditionExpression="#owner = :me",
+            ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
+                                      "#gc": self.options.ttl_attribute, "#slot": slot},
+            ExpressionAttributeValues={
+                ":me": {"S": owner}, ":tag": {"S": tag}, ":now": it.num(now), ":rvn": {"S": uuid.uuid4().hex},
+                ":gc": self._gc_at(now),
+            },
+        )
 
     def _release_later(self, lease: Lease) -> None:
         """Have the heartbeat thread try a failed release again, until it is confirmed.
@@ -1260,42 +1329,32 @@ class LockClient:
         stored = self.options.prefixed(key)
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
-        now = self.clock.now()
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
         # A held key, or a free one that a waiter has reserved (it may have died).
         condition = "(attribute_exists(#owner) OR attribute_exists(#reserved_by))"
-        values: dict[str, Any] = {
-            ":now": it.num(now),
-            ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
-            ":why": {"S": reason or "no reason given"},
-            ":rvn": {"S": mark},
-            ":gc": self._gc_at(now),
-        }
+        extra: dict[str, Any] = {}
         if token is not None:
             condition += " AND #fence = :token"
-            values[":token"] = it.num(token)
+            extra[":token"] = it.num(token)
         try:
-            self._call(
-                "update_item", "break a lock",
-                Key=self._key(stored),
-                UpdateExpression=(
-                    "SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn "
-                    "REMOVE #owner, #reserved_by"
-                ),
-                ConditionExpression=condition,
-                ExpressionAttributeNames={
-                    **self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON, it.RESERVED_BY),
-                    **({"#fence": it.FENCE} if token is not None else {}),
-                    "#gc": self.options.ttl_attribute,
-                },
-                ExpressionAttributeValues=values,
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
-            )
+            reply = self._call("update_item", "break a lock", ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                               **self._break_request(stored, condition, extra, mark, reason, by))
         except ClientError as exc:
             item = self._old_item(exc, stored)
             if not item or item.get(it.RVN, {}).get("S") != mark:
                 return False
             # else: a retry after our own break was applied but its reply was lost
+        else:
+            broken = reply.get("Attributes", {}).get(it.OWNER, {}).get("S")
+            if broken is not None:
+                # A copy of that holder's acquire still in the network could land on the
+                # freed key and quietly undo the break. The slot is marked as broken, not
+                # released: the holder's release() must not take it for its own.
+                self._end_owner(
+                    stored, broken, "make sure a broken lease leaves no late write", mark=it.BREAK_PREFIX,
+                    release=self._break_request(stored, "#owner = :broken", {":broken": {"S": broken}},
+                                                uuid.uuid4().hex, reason, by),
+                )
         logger.warning("lock %r (token %s) broken by %s: %s", key, token, by, reason or "no reason given")
         self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
@@ -1303,6 +1362,26 @@ class LockClient:
                 # Our own process held it: tell the holder now, not at its next heartbeat.
                 self._lose(lease, "broken", f"broken by {by}: {reason or 'no reason given'}")
         return True
+
+    def _break_request(self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str) -> dict[str, Any]:
+        """A break: the owner and any reservation go, the fence stays, and who broke it and why is recorded."""
+        now = self.clock.now()
+        names = self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON, it.RESERVED_BY)
+        if ":token" in values:
+            names["#fence"] = it.FENCE
+        return dict(
+            Key=self._key(stored),
+            UpdateExpression=(
+                "SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn "
+                "REMOVE #owner, #reserved_by"
+            ),
+            ConditionExpression=condition,
+            ExpressionAttributeNames={**names, "#gc": self.options.ttl_attribute},
+            ExpressionAttributeValues={
+                ":now": it.num(now), ":by": {"S": f"{it.BREAK_PREFIX}{by}"}, ":why": {"S": reason or "no reason given"},
+                ":rvn": {"S": mark}, ":gc": self._gc_at(now), **values,
+            },
+        )
 
     def create_table(self, *, wait: bool = True, billing_mode: str = "PAY_PER_REQUEST",
                      read_capacity: int | None = None, write_capacity: int | None = None,

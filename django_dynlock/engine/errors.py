@@ -61,6 +61,15 @@ def error_code(exc: BaseException) -> str | None:
     return None
 
 
+def server_side(exc: BaseException) -> bool:
+    """An HTTP 5xx reply: DynamoDB's own (InternalServerError, ...) or a proxy's in front
+    of it (502, 504), which may have passed the request on before it failed."""
+    if not isinstance(exc, ClientError):
+        return False
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return isinstance(status, int) and status >= 500
+
+
 def safe_endpoint(url: str | None) -> str:
     """The endpoint for messages, without any user:password part."""
     if not url:
@@ -79,7 +88,7 @@ def may_have_applied(exc: BaseException) -> bool:
     if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):
         return True
     code = error_code(exc)
-    if code in ("InternalServerError", "InternalFailure", "ServiceUnavailable"):
+    if code in ("InternalServerError", "InternalFailure", "ServiceUnavailable") or server_side(exc):
         return True
     # Any other transport-level failure: assume the worst.
     return isinstance(exc, BotoCoreError) and not isinstance(exc, (NoCredentialsError, ParamValidationError))
@@ -112,7 +121,7 @@ def translate(exc: BaseException, *, table: str, endpoint: str | None, action: s
                 f"DescribeTable, CreateTable and UpdateTimeToLive on it",
                 code=code,
             )
-        if code in RETRYABLE_CODES:
+        if code in RETRYABLE_CODES or server_side(exc):
             return BackendError(f"DynamoDB at {where} is busy or failing ({code}) while trying to {action}", code=code, retryable=True)
         return BackendError(f"DynamoDB at {where} refused to {action}: {code}: {message}", code=code)
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):

@@ -72,6 +72,8 @@ class Lease:
         self._release_pending = False
         self._release_since: float | None = None
         self._release_tries = 0
+        # Whether the client has made sure no late write of ours holds the key (LockClient._disown).
+        self._disowned = False
         # When the heartbeat thread is next due for this lease (older heap entries are stale).
         self._heartbeat_due = 0.0
         self.lease_seconds = lease_seconds

@@ -1,0 +1,476 @@
+"""Schedules of lock operations in the simulated world, and the invariants checked on them.
+
+A schedule draws a server (with or without Date headers, the item on a failed
+condition and transactions), a lease length, three worker actors with their clock
+skews and rates, an operator, and a program of operations at virtual times:
+acquire (waiting or not), try_acquire, acquire_many, release, extend, break, crash,
+cutting an actor's link. Every request of theirs meets a drawn fate (see world.py).
+
+Invariants (docs/protocol.md, "What the schedule explorer checks"):
+
+1. **Exclusion**: no two leases on a key are believed held at the same true time.
+   A lease is believed held from the moment acquire returned it while its
+   ``is_held`` says so (its local validity, lost or released marks).
+2. **Fencing**: tokens granted on a key strictly increase in the order granted.
+3. **Loss is reported**: ``release()`` raises LockLost whenever the lease had ended
+   before it was called (expired, broken, or another lease granted on the key).
+4. **Only held leases are handed out**: what acquire returns is held at that moment.
+5. **No stuck keys**: at the end, with the network healed and every live holder
+   released, a key is free at once; one that a crashed actor held, or whose undo or
+   release could not reach the store, is free within a lease + 3 s.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Iterator
+from unittest import mock
+
+from botocore.exceptions import ClientError
+
+from django_dynlock.engine import client as client_module
+from django_dynlock.engine import clock as clock_module
+from django_dynlock.engine import heartbeat as heartbeat_module
+from django_dynlock.engine import lease as lease_module
+from django_dynlock.engine.client import LockClient
+from django_dynlock.engine.lease import Lease, LeaseGroup
+from django_dynlock.engine.options import ClientOptions
+from django_dynlock.exceptions import DynLockError, LockLost, LockNotAcquired
+
+from .world import ENDPOINT, T0, Actor, Choices, Crashed, SimHeartbeater, VirtualTime, VirtualUUID, Wire, World
+
+KEYS = ["key-a", "key-b"]
+TAKEOVER_SLACK = 3.0  # the no-stuck-keys bound: a dead holder's key is free within a lease + this
+EPSILON = 1e-6
+
+_tables = itertools.count(1)
+
+
+class Violation(AssertionError):
+    pass
+
+
+@dataclass
+class Record:
+    """One lease the engine created: when, for whom, and how long its holder trusted it."""
+
+    lease: Lease
+    actor: Actor
+    created: float
+    history: list[tuple[float, float]] = field(default_factory=list)  # (true time, valid until in true time)
+    returned: float | None = None
+    ended: float | None = None
+
+    @property
+    def key(self) -> str:
+        return self.lease.stored_key
+
+    def believed(self) -> list[tuple[float, float]]:
+        """The true-time intervals in which its holder, asking is_held, was told yes."""
+        if self.returned is None:
+            return []
+        spans = []
+        end = math.inf if self.ended is None else self.ended
+        for i, (at, valid) in enumerate(self.history):
+            following = self.history[i + 1][0] if i + 1 < len(self.history) else math.inf
+            low, high = max(at, self.returned), min(valid, following, end)
+            if low < high:
+                spans.append((low, high))
+        return spans
+
+    def describe(self) -> str:
+        return f"{self.actor.name} token {self.lease.token} on {self.key}"
+
+
+class Ledger:
+    """What the engine did, as seen through hooks on Lease: the material of the invariants."""
+
+    def __init__(self, world: World):
+        self.world = world
+        self.records: dict[int, Record] = {}
+        self.grants: list[tuple[float, str, str]] = []  # (true time, stored key, owner) of applied acquires
+        self.breaks: list[tuple[float, str]] = []  # (true time, stored key) of applied breaks
+        self.excused: set[str] = set()  # keys that may stay held for a while (crash, unreachable store)
+        self.slots: dict[tuple[str, str], str] = {}  # (key, release slot) -> the owner tag in it
+        self.violations: list[str] = []
+
+    def record(self, lease: Lease) -> Record | None:
+        return self.records.get(id(lease))
+
+    def created(self, lease: Lease) -> None:
+        actor = self.world.actor
+        assert actor is not None, "a lease created outside any actor"
+        rec = Record(lease, actor, self.world.now)
+        rec.history.append((self.world.now, actor.true(lease.valid_until)))
+        self.records[id(lease)] = rec
+
+    def renewed(self, lease: Lease) -> None:
+        rec = self.record(lease)
+        if rec is not None:
+            rec.history.append((self.world.now, rec.actor.true(lease.valid_until)))
+
+    def ended(self, lease: Lease) -> None:
+        rec = self.record(lease)
+        if rec is not None and rec.ended is None:
+            rec.ended = self.world.now
+
+    def applied(self, operation: str, params: dict[str, Any], outcome: Any, copy: bool) -> None:
+        """A request reached the store (on time or late): note the grants and breaks it made."""
+        if isinstance(outcome, ClientError):
+            return
+        updates = [entry["Update"] for entry in params["TransactItems"]] if operation == "transact_write_items" else [params]
+        for update in updates if operation in ("update_item", "transact_write_items") else []:
+            values = update.get("ExpressionAttributeValues", {})
+            key = update["Key"]["key"]["S"]
+            slot = update.get("ExpressionAttributeNames", {}).get("#slot")
+            if slot is not None and ":tag" in values and ":base" not in values:
+                tag = values[":tag"]["S"][-8:]
+                if self.slots.get((key, slot), tag) != tag:
+                    # Another owner's tag shared the slot and is gone: a late attempt of that
+                    # owner can land again (items.RELEASE_SLOTS), held until its expiry passes.
+                    self.excused.add(key)
+                self.slots[key, slot] = tag
+            if ":base" in values:  # an acquire: it sets the owner and steps the fence
+                self.grants.append((self.world.now, key, values[":me"]["S"]))
+                if copy:
+                    # A copy of an acquire whose sender had a clear answer (busy) and so
+                    # undid nothing: it holds the key for nobody until its expiry passes.
+                    self.excused.add(key)
+            elif ":why" in values:
+                self.breaks.append((self.world.now, key))
+
+    def granted_at(self, rec: Record) -> float:
+        """When the write that made this lease landed: its owner's last acquire on the key before it."""
+        return max(at for at, key, owner in self.grants if key == rec.key and owner == rec.lease.owner and at <= rec.created)
+
+    def _broken_between(self, one: Record, other: Record) -> bool:
+        """An operator's break ends a lease at once, but its holder learns of it only at its
+        next renewal: the overlap that follows is the break's, documented, not the protocol's."""
+        low, high = sorted((self.granted_at(one), self.granted_at(other)))
+        return any(low < at < high and key == one.key for at, key in self.breaks)
+
+    def violate(self, text: str) -> None:
+        self.violations.append(f"t={self.world.now - T0:.3f}s: {text}")
+
+    # -- invariants ---------------------------------------------------------------------
+    def check_returned(self, leases: list[Lease]) -> None:
+        for lease in leases:
+            rec = self.record(lease)
+            assert rec is not None
+            rec.returned = self.world.now
+            if not lease.is_held:
+                self.violate(f"acquire returned {rec.describe()}, which was no longer held (invariant 4)")
+
+    def must_raise_on_release(self, leases: list[Lease]) -> str | None:
+        """Why release() of these leases must raise LockLost now, or None."""
+        for lease in leases:
+            rec = self.record(lease)
+            assert rec is not None
+            if not lease.is_held:
+                return f"{rec.describe()} had ended ({lease.state.value})"
+            since = self.granted_at(rec)
+            for at, key, owner in self.grants:
+                if key == rec.key and owner != lease.owner and at > since:
+                    return f"another owner was granted {key} at t={at - T0:.3f}s, after it"
+            if any(at > since and key == rec.key for at, key in self.breaks):
+                return f"{rec.key} was broken after {rec.describe()} was granted"
+        return None
+
+    def check_all(self) -> None:
+        by_key: dict[str, list[Record]] = {}
+        for rec in self.records.values():
+            by_key.setdefault(rec.key, []).append(rec)
+        for key, recs in by_key.items():
+            handed = sorted((r for r in recs if r.returned is not None), key=self.granted_at)
+            for earlier, later in zip(handed, handed[1:]):
+                if later.lease.token <= earlier.lease.token:
+                    self.violate(f"token of {later.describe()} not above {earlier.describe()}, granted before it (invariant 2)")
+            for one, other in itertools.combinations(recs, 2):
+                if one.lease.owner == other.lease.owner or self._broken_between(one, other):
+                    continue
+                for a_low, a_high in one.believed():
+                    for b_low, b_high in other.believed():
+                        overlap = min(a_high, b_high) - max(a_low, b_low)
+                        if overlap > EPSILON:
+                            self.violate(
+                                f"{one.describe()} and {other.describe()} both believed held for {overlap:.3f}s "
+                                f"from t={max(a_low, b_low) - T0:.3f}s (invariant 1)"
+                            )
+
+
+@contextlib.contextmanager
+def simulated(world: World, ledger: Ledger) -> Iterator[None]:
+    """The engine's clocks, ids and jitter from the world; Lease transitions into the ledger."""
+    vtime = VirtualTime(world)
+    init, renewed, mark_lost, mark_released = Lease.__init__, Lease._renewed, Lease._mark_lost, Lease._mark_released
+
+    def hooked_init(self: Lease, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        ledger.created(self)
+
+    def hooked_renewed(self: Lease, *args: Any, **kwargs: Any) -> bool:
+        result = renewed(self, *args, **kwargs)
+        ledger.renewed(self)
+        return result
+
+    def hooked_lost(self: Lease, *args: Any, **kwargs: Any) -> bool:
+        result = mark_lost(self, *args, **kwargs)
+        ledger.ended(self)
+        return result
+
+    def hooked_released(self: Lease) -> None:
+        mark_released(self)
+        ledger.ended(self)
+
+    try_update = LockClient._try_update
+
+    def hooked_try_update(self: LockClient, *args: Any, **params: Any) -> bool | None:
+        done = try_update(self, *args, **params)
+        if done is None:  # a best-effort write (an undo, a mark) could not reach the store
+            ledger.excused.add(params["Key"]["key"]["S"] if "Key" in params else args[0])
+        return done
+
+    with contextlib.ExitStack() as stack:
+        for module in (client_module, lease_module, clock_module, heartbeat_module):
+            stack.enter_context(mock.patch.object(module, "time", vtime))
+        stack.enter_context(mock.patch.object(client_module, "uuid", VirtualUUID(world)))
+        stack.enter_context(mock.patch.object(client_module, "random", world.rng))
+        # Owner ids name the host and pid, and their hash picks a release slot: the same in every run.
+        stack.enter_context(mock.patch("os.getpid", return_value=4242))
+        stack.enter_context(mock.patch("socket.gethostname", return_value="explorer"))
+        stack.enter_context(mock.patch.object(Lease, "__init__", hooked_init))
+        stack.enter_context(mock.patch.object(Lease, "_renewed", hooked_renewed))
+        stack.enter_context(mock.patch.object(Lease, "_mark_lost", hooked_lost))
+        stack.enter_context(mock.patch.object(Lease, "_mark_released", hooked_released))
+        stack.enter_context(mock.patch.object(LockClient, "_try_update", hooked_try_update))
+        yield
+
+
+SERVERS = {
+    # name: (Date headers, the item on a failed condition, transactions)
+    "dynamodb": (True, True, True),
+    "dynalite": (False, False, False),
+    "no-transactions": (True, True, False),
+    "no-dates": (False, True, True),
+}
+
+
+class Scenario:
+    """One schedule: drawn from ``choices``, run against ``store`` (a moto boto3 client)."""
+
+    def __init__(self, choices: Choices, store: Any):
+        c = self.choices = choices
+        self.server = c.one_of(list(SERVERS))
+        dates, returns_item, transactions = SERVERS[self.server]
+        self.lease = c.one_of([3.0, 1.5, 6.0])
+        self.world = World(c, store, dates=dates, returns_item=returns_item, transactions=transactions, seed=c.pick(1000))
+        self.ledger = Ledger(self.world)
+        self.world.on_apply = self.ledger.applied
+        self.table = f"explore-{next(_tables)}"
+        LockClient(self._options(), boto_client=store).create_table(wait=True)
+        self.actors = [
+            Actor(i, name, wall_offset=c.one_of([0.0, 0.8, -0.8, 45.0, -45.0]), rate=c.one_of([0.0, 1e-3, -1e-3]))
+            for i, name in enumerate(["A", "B", "C"])
+        ]
+        self.operator = Actor(3, "operator")
+        self.handles: dict[str, list[tuple[LeaseGroup | Lease, list[Lease]]]] = {a.name: [] for a in self.actors}
+
+    def _options(self) -> ClientOptions:
+        return ClientOptions(
+            table_name=self.table, endpoint_url=ENDPOINT, region_name="us-east-1",
+            lease_duration=self.lease, heartbeat_period=self.lease / 3,
+        )
+
+    def _client(self, actor: Actor) -> LockClient:
+        def build() -> LockClient:
+            client = LockClient(self._options(), boto_client=Wire(self.world, actor))
+            client._heartbeater = SimHeartbeater(self.world, actor, client._heartbeat)  # type: ignore[assignment]
+            return client
+
+        actor.client = self.world.run_as(actor, build)
+        return actor.client
+
+    # -- running ----------------------------------------------------------------------------
+    def run(self) -> Ledger:
+        world, c = self.world, self.choices
+        with simulated(world, self.ledger):
+            for actor in [*self.actors, self.operator]:
+                self._client(actor)
+            at = world.now
+            for _ in range(1 + c.pick(10)):
+                at += c.one_of([0.0, 0.1, 0.5, self.lease / 2, self.lease, 2 * self.lease])
+                actor = c.one_of(self.actors)
+                operation, exclusive = self._draw_operation(actor)
+                world.at(at, actor, lambda a=actor, op=operation, ex=exclusive: self._perform(a, op, exclusive=ex))
+            world.run_until(at)
+            self._settle()
+            for actor in [*self.actors, self.operator]:
+                world.run_as(actor, actor.client.close)
+        self.ledger.check_all()
+        return self.ledger
+
+    def _draw_operation(self, actor: Actor) -> tuple[Callable[[], None], bool]:
+        c, lease = self.choices, self.lease
+        kind = c.weighted([
+            ("acquire", 6), ("release", 5), ("try", 2), ("many", 2), ("extend", 2), ("break", 2), ("crash", 1),
+            ("cut", 1),
+        ])
+        key = c.one_of(KEYS)
+        wait = c.one_of([0.0, 0.3, lease + 1.0])
+        pick = c.pick(3)
+        new_lease = c.one_of([lease, lease / 2, lease * 2])
+        cut_for = c.one_of([0.5, lease, 2 * lease])
+        targeted = c.pick(2) == 0
+        if kind == "acquire":
+            return (lambda: self._acquire(actor, [key], lambda cl: cl.acquire(key, wait=wait))), True
+        if kind == "try":
+            return (lambda: self._acquire(actor, [key], lambda cl: cl.try_acquire(key))), True
+        if kind == "many":
+            return (lambda: self._acquire(actor, KEYS, lambda cl: cl.acquire_many(KEYS, wait=wait))), True
+        if kind == "release":
+            return (lambda: self._release(actor, pick)), True
+        if kind == "extend":
+            return (lambda: self._extend(actor, pick, new_lease)), True
+        if kind == "break":
+            return (lambda: self._break(key, targeted)), False
+        if kind == "crash":
+            return (lambda: self._crash(actor)), False
+        return (lambda: self._cut(actor, cut_for)), False
+
+    def _perform(self, actor: Actor, operation: Callable[[], None], *, exclusive: bool) -> None:
+        if not exclusive:  # things that happen to an actor, whatever it is doing
+            operation()
+            return
+        if actor.crashed or actor.busy:
+            return  # one operation at a time per actor; a crashed one does nothing
+        actor.busy = True
+        try:
+            operation()
+        except Crashed:
+            pass
+        finally:
+            actor.busy = False
+
+    # -- operations ---------------------------------------------------------------------------
+    def _acquire(self, actor: Actor, keys: list[str], call: Callable[[LockClient], Any]) -> None:
+        if any(lease.stored_key in keys for lease in actor.client.held):
+            return  # its own in-process gate would make it wait for itself
+        self.world.log(f"{actor.name} acquires {keys}")
+        try:
+            handle = call(actor.client)
+        except LockNotAcquired:
+            return
+        except DynLockError as exc:
+            self.world.log(f"{actor.name} acquire failed: {exc!r}")
+            return
+        if handle is None:
+            return
+        leases = list(handle) if isinstance(handle, LeaseGroup) else [handle]
+        self.ledger.check_returned(leases)
+        self.world.log(f"{actor.name} got {[(le.key, le.token) for le in leases]}")
+        self.handles[actor.name].append((handle, leases))
+
+    def _release(self, actor: Actor, pick: int) -> None:
+        handles = self.handles[actor.name]
+        if not handles:
+            return
+        handle, leases = handles.pop(pick % len(handles))
+        self._release_handle(actor, handle, leases)
+
+    def _release_handle(self, actor: Actor, handle: LeaseGroup | Lease, leases: list[Lease]) -> None:
+        why = self.ledger.must_raise_on_release(leases)
+        self.world.log(f"{actor.name} releases {[(le.key, le.token) for le in leases]}")
+        for lease in leases:
+            self.ledger.ended(lease)  # its holder's work is done: it trusts the lease no more
+        try:
+            handle.release()
+        except LockLost as lost:
+            self.world.log(f"{actor.name} release raised {lost}")
+            return
+        # A release that could not reach DynamoDB returns (it goes on in the background)
+        # when the lease was still valid: only a break can have ended such a lease, and
+        # that stays unreported (docs/protocol.md, known limits).
+        unconfirmed = any(lease._release_since is not None for lease in leases)
+        if why is not None and not unconfirmed:
+            self.ledger.violate(f"release() of {actor.name}'s lease returned normally, but {why} (invariant 3)")
+
+    def _extend(self, actor: Actor, pick: int, new_lease: float) -> None:
+        handles = self.handles[actor.name]
+        if not handles:
+            return
+        handle, leases = handles[pick % len(handles)]
+        if any(lease._renew_lock.locked() for lease in leases):
+            return  # its heartbeat is renewing it right now, further up the stack
+        try:
+            handle.extend(new_lease)
+        except DynLockError:
+            pass
+
+    def _break(self, key: str, targeted: bool) -> None:
+        token = None
+        if targeted:
+            granted = [r for r in self.ledger.records.values() if r.key == key and r.returned is not None]
+            if not granted:
+                return
+            token = max(granted, key=lambda r: r.created).lease.token
+        operator = self.operator
+
+        def attempt() -> None:
+            try:
+                broken = operator.client.break_lease(key, token=token, reason="explorer")
+            except DynLockError:
+                return  # the ledger counts it if and when it lands
+            self.world.log(f"break {key} token={token}: {broken}")
+
+        self.world.run_as(operator, attempt)
+
+    def _crash(self, actor: Actor) -> None:
+        if actor.crashed:
+            return
+        self.world.log(f"{actor.name} crashes")
+        actor.crashed = True
+        for lease in actor.client.held:
+            self.ledger.ended(lease)  # a dead process trusts nothing
+        for _, leases in self.handles[actor.name]:
+            for lease in leases:
+                self.ledger.ended(lease)
+        # It may have held a key, left a write in flight, a reservation, a release to retry.
+        self.ledger.excused.update(KEYS)
+
+    def _cut(self, actor: Actor, seconds: float) -> None:
+        self.world.log(f"{actor.name} cut off for {seconds}s")
+        actor.cut_until = self.world.now + seconds
+
+    # -- the end: heal, release, and every key must come free -------------------------------------------
+    def _settle(self) -> None:
+        world, ledger = self.world, self.ledger
+        world.run_until(world.now + 2 * self.lease)  # operations still running finish
+        world.healed = True
+        for actor in self.actors:
+            if actor.crashed:
+                continue
+            actor.cut_until = -math.inf
+            for handle, leases in self.handles[actor.name]:
+                world.run_as(actor, lambda: self._release_handle(actor, handle, leases))
+            self.handles[actor.name] = []
+        # Requests still in the network land; release retries and lapsing reservations run out.
+        world.run_until(world.now + 16 * self.lease)
+        checker = Actor(4, "checker")
+        self._client(checker)
+        for key in KEYS:
+            excused = key in ledger.excused
+            wait = self.lease + TAKEOVER_SLACK if excused else 0.0
+            started = world.now
+            try:
+                lease = world.run_as(checker, lambda: checker.client.acquire(key, wait=wait))
+            except LockNotAcquired as busy:
+                ledger.violate(
+                    f"{key} still held {world.now - started:.2f}s into the final check "
+                    f"({'bound: lease + 3 s' if excused else 'nobody holds it'}): {busy.holder!r} (invariant 5)"
+                )
+                continue
+            world.run_as(checker, lease.release)
+        world.run_as(checker, checker.client.close)

@@ -1,0 +1,382 @@
+"""A simulated world under the lock engine: virtual time, a faulty network, skewed clocks.
+
+Everything runs in one thread, in virtual time, so a schedule replays exactly:
+
+- **Time.** The engine's ``time`` module is replaced by :class:`VirtualTime`. Each
+  actor (one LockClient, as one process) has its own monotonic clock, running a
+  little fast or slow, and its own wall clock, which may be far off. ``sleep()``
+  runs whatever falls due meanwhile: heartbeats, requests landing late, other
+  actors' operations. An operation that starts inside another's sleep runs to its
+  end first, and the sleeper wakes late: a thread that was not scheduled for a
+  while, which is a schedule real threads can have too.
+- **Network.** Each actor's boto3 client is a :class:`Wire` to one real in-process
+  moto client. Every request meets a fate drawn from the schedule: delivered;
+  held in the network and delivered later (or never) while the sender times out;
+  applied with its reply lost; applied and delivered again later; refused; an HTTP
+  500 before or after it was applied; throttled. An actor's link can be cut.
+- **DynamoDB's clock.** Replies carry a ``Date`` header from the server's own
+  clock (or none, like dynalite), one-second resolution as on the wire.
+- **Heartbeats** are events of the world instead of a thread (:class:`SimHeartbeater`).
+
+What is drawn comes from a :class:`Choices`: Hypothesis while exploring, a recorded
+list when a counterexample is replayed as a regression test.
+"""
+
+from __future__ import annotations
+
+from copy import deepcopy as _deepcopy
+import heapq
+import itertools
+import math
+import random
+import uuid
+from email.utils import formatdate
+from typing import Any, Callable
+
+from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
+
+T0 = 1_800_000_000.0  # the world's true time at the start (epoch seconds)
+ENDPOINT = "http://explorer.invalid"
+MAX_STEPS = 40_000  # events, sleeps and requests in one schedule: more means a loop that does not wait
+
+
+class Crashed(BaseException):
+    """Raised inside a crashed actor: its process is gone, nothing of it runs on."""
+
+
+class RunawaySchedule(AssertionError):
+    """The engine kept working without letting time pass (a loop without a sleep)."""
+
+
+class Choices:
+    """Where a schedule's decisions come from. 0 is always the most ordinary choice,
+    so that Hypothesis, shrinking towards 0, shrinks towards a schedule without faults."""
+
+    def __init__(self, data: Any = None, replay: list[int] | None = None):
+        self._data = data
+        self._replay = list(replay or [])
+        self.log: list[int] = []
+
+    def pick(self, n: int) -> int:
+        if n <= 1:
+            return 0
+        if self._data is not None:
+            from hypothesis import strategies as st
+
+            value = self._data.draw(st.integers(0, n - 1))
+        else:
+            at = len(self.log)
+            value = min(self._replay[at], n - 1) if at < len(self._replay) else 0
+        self.log.append(value)
+        return value
+
+    def weighted(self, options: list[tuple[Any, int]]) -> Any:
+        """One of ``options`` ((value, weight) pairs, the first the ordinary one)."""
+        roll = self.pick(sum(weight for _, weight in options))
+        for value, weight in options:
+            if roll < weight:
+                return value
+            roll -= weight
+        raise AssertionError("unreachable")
+
+    def one_of(self, values: list[Any]) -> Any:
+        return values[self.pick(len(values))]
+
+
+class SeededChoices(Choices):
+    """Choices from a seeded random stream: a sweep over seeds, and the counterexamples it found.
+
+    A seed names the same schedule as long as the engine sends the same requests;
+    a change that adds or removes one shifts the stream after it (so do recorded lists).
+    """
+
+    def __init__(self, seed: int):
+        super().__init__()
+        self._random = random.Random(seed)
+
+    def pick(self, n: int) -> int:
+        value = self._random.randrange(n) if n > 1 else 0
+        self.log.append(value)
+        return value
+
+
+class Actor:
+    """One process with a lock client: its clocks, and whether it is still alive."""
+
+    def __init__(self, index: int, name: str, *, wall_offset: float = 0.0, rate: float = 0.0):
+        self.name = name
+        self.wall_offset = wall_offset
+        self.rate = rate  # how much faster than true time its clocks run
+        self.mono_base = 1000.0 * (index + 1)
+        self.crashed = False
+        self.busy = False  # an operation of its own is running (one at a time per actor)
+        self.cut_until = -math.inf
+        self.client: Any = None
+
+    def mono(self, t: float) -> float:
+        return self.mono_base + (t - T0) * (1.0 + self.rate)
+
+    def true(self, mono: float) -> float:
+        return T0 + (mono - self.mono_base) / (1.0 + self.rate)
+
+    def wall(self, t: float) -> float:
+        return t + self.wall_offset + (t - T0) * self.rate
+
+    def __repr__(self) -> str:
+        return f"<Actor {self.name}>"
+
+
+class World:
+    """Virtual time, the event queue, and the network to one real store."""
+
+    def __init__(self, choices: Choices, store: Any, *, dates: bool = True, returns_item: bool = True,
+                 transactions: bool = True, seed: int = 0):
+        self.choices = choices
+        self.store = store  # a real boto3 DynamoDB client (moto in-process)
+        self.dates = dates
+        self.returns_item = returns_item
+        self.transactions = transactions
+        self.rng = random.Random(seed)
+        self.now = T0
+        self.actor: Actor | None = None
+        self.healed = False  # from the final phase on: no faults, nothing held back
+        self.steps = 0
+        self._queue: list[tuple[float, int, Actor | None, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._ids = random.Random(seed + 1)  # owner ids: unique, and the same on every replay
+        self.in_flight = 0
+        self.last_landed = T0  # when the last request reached the store
+        self.trace: list[str] = []
+        # Told of every request that reaches the store, with what the store made of it, and
+        # whether it was a copy its sender never heard of (its sender had its reply already).
+        self.on_apply: Callable[[str, dict[str, Any], Any, bool], None] | None = None
+
+    # -- time and events ---------------------------------------------------------------
+    def _step(self) -> None:
+        self.steps += 1
+        if self.steps > MAX_STEPS:
+            raise RunawaySchedule(f"more than {MAX_STEPS} events, sleeps and requests at t={self.now - T0:.3f}s")
+
+    def at(self, when: float, actor: Actor | None, fn: Callable[[], None]) -> None:
+        heapq.heappush(self._queue, (max(when, self.now), next(self._order), actor, fn))
+
+    def run_until(self, target: float) -> None:
+        while self._queue and self._queue[0][0] <= target:
+            due, _, actor, fn = heapq.heappop(self._queue)
+            self.now = max(self.now, due)
+            self._step()
+            self.run_as(actor, fn)
+        self.now = max(self.now, target)
+
+    def run_as(self, actor: Actor | None, fn: Callable[[], Any]) -> Any:
+        previous, self.actor = self.actor, actor
+        try:
+            return fn()
+        finally:
+            self.actor = previous
+
+    def sleep(self, seconds: float) -> None:
+        self._step()
+        rate = self.actor.rate if self.actor else 0.0
+        self.run_until(self.now + max(0.0, seconds) / (1.0 + rate))
+        if self.actor is not None and self.actor.crashed:
+            raise Crashed(self.actor.name)
+
+    def log(self, text: str) -> None:
+        self.trace.append(f"{self.now - T0:8.3f} {text}")
+
+    def new_uuid(self) -> uuid.UUID:
+        return uuid.UUID(int=self._ids.getrandbits(128))
+
+    # -- the network ----------------------------------------------------------------------
+    FATES = [
+        ("ok", 70), ("held", 6), ("reply_lost", 6), ("duplicate", 4), ("refused", 4),
+        ("500_applied", 4), ("500", 3), ("throttled", 3),
+    ]
+
+    def request(self, actor: Actor, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        self._step()
+        if actor.crashed:
+            raise Crashed(actor.name)
+        api = self.store.meta.method_to_api_mapping[operation]
+        if operation == "transact_write_items" and not self.transactions:
+            self.sleep(0.002)
+            raise self._error(api, "UnknownOperationException", 400)
+        if self.healed:
+            fate = "ok"
+        elif self.now < actor.cut_until:
+            fate = "cut"
+        else:
+            fate = self.choices.weighted(self.FATES)
+        there = self.choices.one_of([0.002, 0.02, 0.2]) if fate != "refused" else 0.001
+        timeout = self.choices.one_of([2.0, 0.3])  # botocore's read timeout, ours or a shorter one
+        self.log(f"{actor.name} {api} {fate}")
+        if fate in ("held", "cut", "duplicate"):
+            # Delivered later (or never); the sender sees a timeout, or (a duplicate) its reply.
+            later = self.choices.one_of([None, 0.05, 0.5, 1.5, 4.0, 8.0]) if fate != "cut" else None
+            if fate == "cut" and self.choices.pick(2):
+                later = self.choices.one_of([0.05, 1.5, 4.0])
+            if later is not None:
+                self._hold(api, operation, params, later, copy=fate == "duplicate")
+            if fate != "duplicate":
+                self.sleep(timeout)
+                raise ReadTimeoutError(endpoint_url=ENDPOINT)
+        if fate == "refused":
+            self.sleep(there)
+            raise EndpointConnectionError(endpoint_url=ENDPOINT)
+        if fate == "throttled":
+            self.sleep(there)
+            raise self._error(api, "ProvisionedThroughputExceededException", 400)
+        if fate == "500":
+            self.sleep(there)
+            raise self._error(api, "InternalServerError", 500)
+        self.sleep(there)
+        if actor.crashed:
+            raise Crashed(actor.name)
+        outcome = self._apply(operation, params)
+        if fate == "reply_lost":
+            self.sleep(timeout)
+            raise ReadTimeoutError(endpoint_url=ENDPOINT)
+        if fate == "500_applied":
+            self.sleep(self.choices.one_of([0.002, 0.2]))
+            raise self._error(api, "InternalServerError", 500)
+        self.sleep(self.choices.one_of([0.002, 0.02, 0.2]))
+        if isinstance(outcome, ClientError):
+            raise outcome
+        return outcome
+
+    def _hold(self, api: str, operation: str, params: dict[str, Any], later: float, *, copy: bool) -> None:
+        self.in_flight += 1
+        frozen = _deepcopy(params)
+
+        def land() -> None:
+            self.in_flight -= 1
+            self.log(f"late {api} lands")
+            self._apply(operation, frozen, copy=copy)
+
+        self.at(self.now + later, None, land)
+
+    def _apply(self, operation: str, params: dict[str, Any], *, copy: bool = False) -> dict[str, Any] | ClientError:
+        """The request reaches the store: its reply as the sender would see it."""
+        self.last_landed = self.now
+        date = self._date_header()
+        try:
+            reply = getattr(self.store, operation)(**_deepcopy(params))
+        except ClientError as exc:
+            response = _deepcopy(exc.response)
+            if not self.returns_item:
+                response.pop("Item", None)
+                for reason in response.get("CancellationReasons") or []:
+                    reason.pop("Item", None)
+            self._set_date(response, date)
+            failed = ClientError(response, exc.operation_name)
+            if self.on_apply is not None:
+                self.on_apply(operation, params, failed, copy)
+            return failed
+        reply = _deepcopy(reply)
+        self._set_date(reply, date)
+        if self.on_apply is not None:
+            self.on_apply(operation, params, reply, copy)
+        return reply
+
+    def _date_header(self) -> str | None:
+        # The server's clock is the world's true clock; HTTP dates have whole seconds.
+        return formatdate(math.floor(self.now), usegmt=True) if self.dates else None
+
+    @staticmethod
+    def _set_date(response: dict[str, Any], date: str | None) -> None:
+        headers = response.setdefault("ResponseMetadata", {}).setdefault("HTTPHeaders", {})
+        headers.pop("date", None)
+        if date is not None:
+            headers["date"] = date
+
+    def _error(self, api: str, code: str, status: int) -> ClientError:
+        response: dict[str, Any] = {"Error": {"Code": code, "Message": "injected by the schedule explorer"},
+                                    "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}}}
+        self._set_date(response, self._date_header())
+        return ClientError(response, api)
+
+
+class Wire:
+    """What an actor's LockClient takes for its boto3 client: every call goes through the world."""
+
+    def __init__(self, world: World, actor: Actor):
+        self._world = world
+        self._actor = actor
+        self.meta = world.store.meta
+
+    def __getattr__(self, operation: str) -> Callable[..., dict[str, Any]]:
+        if operation.startswith("_"):
+            raise AttributeError(operation)
+        return lambda **params: self._world.request(self._actor, operation, params)
+
+
+class VirtualTime:
+    """The ``time`` module as the engine sees it: the running actor's clocks."""
+
+    def __init__(self, world: World):
+        self._world = world
+
+    def monotonic(self) -> float:
+        actor = self._world.actor
+        return actor.mono(self._world.now) if actor else self._world.now - T0
+
+    def time(self) -> float:
+        actor = self._world.actor
+        return actor.wall(self._world.now) if actor else self._world.now
+
+    def time_ns(self) -> int:
+        return int(self.time() * 1e9)
+
+    def sleep(self, seconds: float) -> None:
+        self._world.sleep(seconds)
+
+
+class VirtualUUID:
+    """uuid4() in sequence, so that owner ids (and so release slots) replay exactly."""
+
+    def __init__(self, world: World):
+        self._world = world
+
+    def uuid4(self) -> uuid.UUID:
+        return self._world.new_uuid()
+
+
+class SimHeartbeater:
+    """The heartbeat thread as events of the world (same interface as engine.heartbeat.Heartbeater)."""
+
+    def __init__(self, world: World, actor: Actor, renew: Callable[[Any], float | None]):
+        self._world = world
+        self._actor = actor
+        self._renew = renew
+        self._stopped = False
+
+    def add(self, lease: Any, period: float) -> None:
+        self.schedule(lease, self._actor.mono(self._world.now) + period * self._world.rng.uniform(0.8, 1.0))
+
+    def schedule(self, lease: Any, due: float) -> None:
+        if self._stopped:
+            return
+        lease._heartbeat_due = due
+        self._world.at(self._actor.true(due), self._actor, lambda: self._fire(lease, due))
+
+    def _fire(self, lease: Any, due: float) -> None:
+        if self._stopped or self._actor.crashed or lease._heartbeat_due != due:
+            return
+        if lease._renew_lock.locked():
+            # An extend() of this lease is in flight further up the stack: the real
+            # heartbeat thread would block on the lock until it is done.
+            self.schedule(lease, self._actor.mono(self._world.now) + 0.005)
+            return
+        try:
+            delay = self._renew(lease)
+        except Crashed:
+            return
+        if delay is not None:
+            self.schedule(lease, self._actor.mono(self._world.now) + delay)
+
+    def discard(self, lease: Any) -> None:
+        pass
+
+    def stop(self, timeout: float = 0.5) -> None:
+        self._stopped = True
