@@ -779,19 +779,22 @@ class LockClient:
     def _abandon(self, stored: str, attempt: _Attempt) -> None:
         """Undo an acquire whose reply we never saw (it may have succeeded), and give up our reservation.
 
-        Best effort, and never raises: if a write fails, the key is taken over once
-        its expiry passes, as from a dead holder.
+        Best effort, and never raises. One try per write, and none after one that cannot
+        reach DynamoDB: ``wait`` stays a bound (plus a request timeout or two) in an
+        outage. A write left undone leaves the key to be taken over once its expiry
+        passes, as from a dead holder.
         """
-        if attempt.reserved:
-            self._try_update(
-                "give up a reservation", Key=self._key(stored), UpdateExpression="REMOVE #reserved_by",
-                ConditionExpression="#reserved_by = :me", ExpressionAttributeNames=self._names(it.RESERVED_BY),
-                ExpressionAttributeValues={":me": {"S": attempt.owner}},
-            )
+        if attempt.reserved and self._try_update(
+            "give up a reservation", attempts=1, Key=self._key(stored), UpdateExpression="REMOVE #reserved_by",
+            ConditionExpression="#reserved_by = :me", ExpressionAttributeNames=self._names(it.RESERVED_BY),
+            ExpressionAttributeValues={":me": {"S": attempt.owner}},
+        ) is None:
+            return
         if attempt.ambiguous:
-            self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:")
+            self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:", attempts=1)
 
-    def _end_owner(self, stored: str, owner: str, action: str, *, mark: str, release: dict[str, Any] | None = None) -> None:
+    def _end_owner(self, stored: str, owner: str, action: str, *, mark: str, release: dict[str, Any] | None = None,
+                   attempts: int = CALL_ATTEMPTS) -> None:
         """Make sure no write of ``owner`` holds the key, now or later: no ghost holder.
 
         An acquire of ours delayed in the network may land at any time while the key is
@@ -807,12 +810,14 @@ class LockClient:
         release write.
         """
         slot, tag = it.release_slot(owner)
-        self._try_update(
-            action, Key=self._key(stored), UpdateExpression="SET #slot = :tag, #gc = if_not_exists(#gc, :gc)",
+        marked = self._try_update(
+            action, attempts=attempts, Key=self._key(stored),
+            UpdateExpression="SET #slot = :tag, #gc = if_not_exists(#gc, :gc)",
             ExpressionAttributeNames={"#slot": slot, "#gc": self.options.ttl_attribute},
             ExpressionAttributeValues={":tag": {"S": mark + tag}, ":gc": self._gc_at(self.clock.now())},
         )
-        self._try_update(action, **(release or self._release_request(stored, owner)))
+        if marked is not None:  # else DynamoDB cannot be reached: the release would not get through either
+            self._try_update(action, attempts=attempts, **(release or self._release_request(stored, owner)))
 
     def _disown(self, lease: Lease) -> None:
         """After a lease was taken from us or broken: no late write of ours may hold the key (two writes, on losses only)."""
@@ -820,11 +825,11 @@ class LockClient:
             lease._disowned = True
             self._end_owner(lease.stored_key, lease.owner, "make sure a lost lease leaves no late write", mark="lost:")
 
-    def _try_update(self, action: str, **params: Any) -> bool | None:
+    def _try_update(self, action: str, *, attempts: int = CALL_ATTEMPTS, **params: Any) -> bool | None:
         """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
         stored = params["Key"][self.options.key_attribute]["S"]
         try:
-            self._call("update_item", action, **params)
+            self._call("update_item", action, attempts=attempts, **params)
         except ClientError:
             return False
         except DynLockError as exc:

@@ -147,6 +147,8 @@ class World:
         self.in_flight = 0
         self.last_landed = T0  # when the last request reached the store
         self.trace: list[str] = []
+        # Rewrites every request before it is sent: how a test reverts a fix at the wire.
+        self.rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
         # Told of every request that reaches the store, with what the store made of it, and
         # whether it was a copy its sender never heard of (its sender had its reply already).
         self.on_apply: Callable[[str, dict[str, Any], Any, bool], None] | None = None
@@ -198,6 +200,8 @@ class World:
         self._step()
         if actor.crashed:
             raise Crashed(actor.name)
+        if self.rewrite is not None:
+            params = self.rewrite(operation, params)
         api = self.store.meta.method_to_api_mapping[operation]
         if operation == "transact_write_items" and not self.transactions:
             self.sleep(0.002)

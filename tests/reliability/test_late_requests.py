@@ -193,3 +193,19 @@ def test_a_waiter_whose_delayed_attempt_lands_on_a_free_key_takes_it_at_once(pro
     finally:
         proxy.clear_faults()
         thread.join(10)
+
+
+def test_wait_is_a_bound_in_an_outage(proxied):
+    # issue 13: acquire(wait=0) took ~30 s when DynamoDB did not answer, most of it in the
+    # undo writes after the failed attempt (three tries each). Now: the attempt's own
+    # timeout, then one try of the undo, which stops at the first that cannot get through.
+    from django_dynlock import BackendError
+
+    proxy, holder, _ = proxied
+    holder.acquire("warm", wait=0).release()  # the boto3 client is built, DynamoDB's clock known
+    proxy.add_fault("delay", delay_seconds=3 * READ_TIMEOUT, times=1000)  # nothing answers in time
+    started = time.monotonic()
+    with pytest.raises(BackendError):
+        holder.acquire("outage", wait=0)
+    took = time.monotonic() - started
+    assert took < 2 * READ_TIMEOUT + 0.4, f"acquire(wait=0) took {took:.2f}s in an outage"
