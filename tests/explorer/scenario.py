@@ -10,14 +10,16 @@ Invariants (docs/protocol.md, "What the schedule explorer checks"):
 
 1. **Exclusion**: no two leases on a key are believed held at the same true time.
    A lease is believed held from the moment acquire returned it while its
-   ``is_held`` says so (its local validity, lost or released marks).
+   ``is_held`` says so, until its holder calls release(). An overlap that follows an
+   operator's break is the break's (documented), not counted.
 2. **Fencing**: tokens granted on a key strictly increase in the order granted.
 3. **Loss is reported**: ``release()`` raises LockLost whenever the lease had ended
    before it was called (expired, broken, or another lease granted on the key).
 4. **Only held leases are handed out**: what acquire returns is held at that moment.
 5. **No stuck keys**: at the end, with the network healed and every live holder
-   released, a key is free at once; one that a crashed actor held, or whose undo or
-   release could not reach the store, is free within a lease + 3 s.
+   released, a key is free at once; within a lease + 3 s if a crashed actor held it,
+   an undo could not reach the store, a copy of an acquire its sender never knew of
+   landed, or a shared release slot was overwritten (docs/protocol.md, known limits).
 """
 
 from __future__ import annotations
