@@ -1335,6 +1335,7 @@ class LockClient:
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
+        broken: str | None = None  # the owner it took the key from, when the reply says
         # A held key, or a free one that a waiter has reserved (it may have died).
         condition = "(attribute_exists(#owner) OR attribute_exists(#reserved_by))"
         extra: dict[str, Any] = {}
@@ -1365,6 +1366,8 @@ class LockClient:
         for lease in list(self._held):
             if lease.stored_key == stored and (token is None or lease.token == token):
                 # Our own process held it: tell the holder now, not at its next heartbeat.
+                # Its owner was ended above already; _lose need not do it again.
+                lease._disowned = lease._disowned or lease.owner == broken
                 self._lose(lease, "broken", f"broken by {by}: {reason or 'no reason given'}")
         return True
 

@@ -144,8 +144,6 @@ class World:
         self._queue: list[tuple[float, int, Actor | None, Callable[[], None]]] = []
         self._order = itertools.count()
         self._ids = random.Random(seed + 1)  # owner ids: unique, and the same on every replay
-        self.in_flight = 0
-        self.last_landed = T0  # when the last request reached the store
         self.trace: list[str] = []
         # Rewrites every request before it is sent: how a test reverts a fix at the wire.
         self.rewrite: Callable[[str, dict[str, Any]], dict[str, Any]] | None = None
@@ -250,11 +248,9 @@ class World:
         return outcome
 
     def _hold(self, api: str, operation: str, params: dict[str, Any], later: float, *, copy: bool) -> None:
-        self.in_flight += 1
         frozen = _deepcopy(params)
 
         def land() -> None:
-            self.in_flight -= 1
             self.log(f"late {api} lands")
             self._apply(operation, frozen, copy=copy)
 
@@ -262,7 +258,6 @@ class World:
 
     def _apply(self, operation: str, params: dict[str, Any], *, copy: bool = False) -> dict[str, Any] | ClientError:
         """The request reaches the store: its reply as the sender would see it."""
-        self.last_landed = self.now
         date = self._date_header()
         try:
             reply = getattr(self.store, operation)(**_deepcopy(params))
