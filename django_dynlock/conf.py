@@ -80,7 +80,8 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
 }
 _ITEM_ATTRIBUTES = {
     items.OWNER, items.RVN, items.FENCE, items.LEASE_MS, items.EXPIRES_AT, items.ACQUIRED_AT, items.RELEASED_AT,
-    items.RELEASED_BY, items.BREAK_REASON, items.HOST, items.PID, items.THREAD, items.HOLDER,
+    items.RELEASED_BY, items.BREAK_REASON, items.HOST, items.PID, items.THREAD, items.HOLDER, items.SEQ,
+    items.RESERVED_BY, items.RING,
     *(f"rel{slot}" for slot in range(items.RELEASE_SLOTS)),
 }
 
@@ -185,7 +186,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         if budget > lease / 2:
             found.append(Problem("dynlock.W001",
                                  f"{_where(alias, 'CLIENT_CONFIG')}: one DynamoDB call can take up to {budget:g}s (attempts x "
-                                 f"(connect + read timeout) + backoff), more than half of LEASE_DURATION ({lease}s).",
+                                 f"(connect + read timeout)), more than half of LEASE_DURATION ({lease}s).",
                                  "A slow heartbeat could outlast the lease: lower connect_timeout, read_timeout or "
                                  "retries.total_max_attempts, or lengthen LEASE_DURATION."))
         if values["MAX_CLOCK_SKEW"] is not None:

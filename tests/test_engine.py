@@ -244,7 +244,7 @@ def test_acquire_many_is_all_or_nothing(dynlock):
             assert all(dynlock.get(k).token == t for k, t in group.tokens.items())
             assert other.try_acquire("acct:1") is None
         assert all(dynlock.get(k) is None for k in ("acct:1", "acct:2", "acct:3"))
-        expected = dynlock.server.kind == "moto"
+        expected = dynlock.server.kind != "dynalite"
         assert dynlock.has_transactions is expected
     finally:
         other.close()
@@ -355,7 +355,7 @@ def test_busy_fallback_is_logged_once_on_servers_without_old_items(dynlock, capl
                 other.acquire("noisy", wait=0)
             assert caught.value.holder.token == holder.token  # read back where not returned
         said = [r for r in caplog.records if "returns no item on a failed condition" in r.getMessage()]
-        assert len(said) == (0 if dynlock.server.kind == "moto" else 1)
+        assert len(said) == (1 if dynlock.server.kind == "dynalite" else 0)
     finally:
         other.close()
         holder.release()
@@ -496,3 +496,39 @@ def test_a_fork_while_another_thread_holds_a_leases_lock_does_not_hang_the_child
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, f"child status {status}"
     assert lease.is_held
     lease.release()
+
+
+def _guess_from_the_fence(lease, item) -> bool:
+    """How release() read a failed condition before issue 12: a higher fence on a key not
+    marked broken, while its lease was valid, meant its own earlier release and a later holder."""
+    from django_dynlock.engine.items import LeaseInfo
+
+    info = LeaseInfo.from_item(item, key_attribute="key", key_prefix="") if item else None
+    return info is not None and (
+        info.released_by == lease.owner or (lease.is_held and (info.token or 0) > lease.token and not info.was_broken))
+
+
+@pytest.mark.parametrize("reverted", [False, True], ids=["fixed", "fix-reverted"])
+def test_release_after_a_break_and_another_holder_raises_lost(mock_dynlock, monkeypatch, reverted):
+    # issue 13, finding 3: an operator breaks the lease, another client takes the key and
+    # releases it, all before the holder's next heartbeat. The holder's release() must
+    # report the overlap. The explorer did not meet this order in 1,500 schedules, so it is
+    # written out here, and the old reading of the item is run too, to show the test fails
+    # without the fix.
+    from django_dynlock.engine.client import LockClient
+
+    if reverted:
+        monkeypatch.setattr(LockClient, "_released_by_us", staticmethod(_guess_from_the_fence))
+    operator, other = LockClient(mock_dynlock.options), LockClient(mock_dynlock.options)
+    try:
+        lease = mock_dynlock.acquire("finding-3")
+        assert operator.break_lease("finding-3", reason="stuck")
+        other.acquire("finding-3").release()
+        if reverted:
+            lease.release()  # returned normally: the overlap went unreported
+        else:
+            with pytest.raises(LockLost):
+                lease.release()
+    finally:
+        operator.close()
+        other.close()

@@ -39,7 +39,7 @@ from .gates import Gates
 from .heartbeat import Heartbeater
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
-from .options import CALL_ATTEMPTS, ClientOptions, check_seconds
+from .options import ClientOptions, check_seconds
 from .table import TableStatus, create_table, describe_table
 
 logger = logging.getLogger("django_dynlock")
@@ -53,9 +53,13 @@ MAX_KEYS_PER_TRANSACTION = 100
 # but never more than this many MAX_RETRY_DELAYs for that reason.
 POLL_ROUND_TRIPS = 4
 POLL_DELAY_CAP = 10
+# A waiter that sees another waiter has the next turn looks this many MAX_RETRY_DELAYs apart.
+RESERVED_POLL = 4
+# The waiter with the next turn looks by writing this many times, then by reading.
+RESERVED_WRITES = 8
 # A waiter that has waited this long (seconds), and seen the key go to others
 # meanwhile, reserves the next turn.
-STARVING_AFTER = 0.5
+STARVING_AFTER = 0.1
 # A reservation that its waiter has not used this long (seconds by DynamoDB's clock)
 # after the release lapses: a waiter that died must not hold up the others.
 RESERVATION_GRACE = 2.0
@@ -194,7 +198,7 @@ class LockClient:
             self._said.add(topic)
             logger.warning(message, *args)
 
-    def _call(self, operation: str, action: str, *, attempts: int = CALL_ATTEMPTS, table: bool = True, **params: Any) -> dict[str, Any]:
+    def _call(self, operation: str, action: str, *, attempts: int | None = None, table: bool = True, **params: Any) -> dict[str, Any]:
         """One API request, retried quickly on transient failures.
 
         A failed condition is raised as the ClientError it is; every other botocore
@@ -204,6 +208,7 @@ class LockClient:
         """
         if table:
             params["TableName"] = self.options.table_name
+        attempts = attempts or self.options.call_attempts
         for attempt in range(attempts):
             try:
                 return self._send(operation, params)
@@ -460,6 +465,7 @@ class LockClient:
         )
         slot, tag = it.release_slot(owner)
         names["#slot"] = slot
+        names["#ring"] = it.RING
         names["#gc"] = self.options.ttl_attribute
         values = {
             ":me": {"S": owner},
@@ -481,6 +487,7 @@ class LockClient:
             ":base": it.num(int(stamp * 1_000_000)),
             ":one": it.num(1),
             ":tag": {"S": tag},
+            ":ring0": it.EMPTY_RING,
         }
         # Not while another waiter has the next turn (see _reserve), unless it left that
         # turn unused for RESERVATION_GRACE after the release (it died, most likely).
@@ -490,11 +497,13 @@ class LockClient:
             values[":lapsed"] = it.num(earliest - RESERVATION_GRACE)
         # A free key, unless this very acquisition was already released or abandoned: an
         # attempt of ours that was delayed in the network and lands after that must not
-        # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS.
+        # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS
+        # and items.RING.
         # Or our own earlier attempt whose reply was lost, but never an earlier attempt
         # landing after a later one (the sequence number orders our writes).
         condition = (
-            f"(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag)) AND ({reservation}))"
+            "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag))"
+            f" AND (attribute_not_exists(#ring) OR NOT contains(#ring, :tag)) AND ({reservation}))"
             " OR (#owner = :me AND #seq < :seq)"
         )
         if takeover_rvn is not None:
@@ -509,7 +518,8 @@ class LockClient:
             "UpdateExpression": (
                 "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
                 "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
-                "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at, #reserved_by"
+                "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one, #ring = if_not_exists(#ring, :ring0) "
+                "REMOVE #released_at, #reserved_by"
             ),
             "ConditionExpression": condition,
             "ExpressionAttributeNames": names,
@@ -588,6 +598,7 @@ class LockClient:
         rechecked = False
         stale = False
         holders_seen: set[str] = set()
+        reserved_looks = 0
         while True:
             due = self._takeover_in(last_item, watch, time.monotonic())
             if due is not None and due <= 0:
@@ -678,11 +689,22 @@ class LockClient:
             # A failed write is tried again (it recognises itself if it was applied), and
             # so is one that failed on a key that looked free (or ours) a moment later.
             write = write and (error is not None or free or ours)
+            reserved_looks = reserved_looks + 1 if attempt.reserved else 0
+            if attempt.reserved and self.returns_item_on_failure and reserved_looks <= RESERVED_WRITES:
+                # The waiter with the next turn asks by writing: its attempt lands as soon
+                # as the key is free, a round trip sooner than a read and then a write,
+                # and a failed one returns the item, like a read. Only its first few looks:
+                # a failed write costs five times a read, and a long hold would add up.
+                write = True
             if attempt.reserved:
                 # The waiter with the next turn polls at the first step: the key idles until it looks.
                 delay = self._backoff(0)
             else:
                 delay = max(self._backoff(tries), self._busy_server_delay(now - looked_at, error))
+                if last_item and it.RESERVED_BY in last_item:
+                    # Another waiter has the next turn: ours comes after it, so a look
+                    # sooner would only load the server the holder and that waiter need.
+                    delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
             tries += 1
             due = self._takeover_in(last_item, watch, now)
             if due is not None and due > 0:
@@ -794,7 +816,7 @@ class LockClient:
             self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:", attempts=1)
 
     def _end_owner(self, stored: str, owner: str, action: str, *, mark: str, release: dict[str, Any] | None = None,
-                   attempts: int = CALL_ATTEMPTS) -> None:
+                   attempts: int | None = None) -> None:
         """Make sure no write of ``owner`` holds the key, now or later: no ghost holder.
 
         An acquire of ours delayed in the network may land at any time while the key is
@@ -825,7 +847,7 @@ class LockClient:
             lease._disowned = True
             self._end_owner(lease.stored_key, lease.owner, "make sure a lost lease leaves no late write", mark="lost:")
 
-    def _try_update(self, action: str, *, attempts: int = CALL_ATTEMPTS, **params: Any) -> bool | None:
+    def _try_update(self, action: str, *, attempts: int | None = None, **params: Any) -> bool | None:
         """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
         stored = params["Key"][self.options.key_attribute]["S"]
         try:
@@ -1205,10 +1227,9 @@ class LockClient:
         ``quiet`` (a retry in the background): never raises, and stops once the item
         shows the key is no longer ours.
         """
-        slot, tag = it.release_slot(lease.owner)
         try:
             self._call("update_item", "release a lock", ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                       **self._release_request(lease.stored_key, lease.owner))
+                       **self._release_request(lease.stored_key, lease.owner, lease.token))
         except ClientError as exc:
             try:
                 item = self._old_item(exc, lease.stored_key)
@@ -1219,11 +1240,7 @@ class LockClient:
                     logger.warning("could not confirm the release of %r, retrying in the background: %s", lease, read_error)
                 self._release_later(lease)
                 return
-            # An earlier try of ours was applied and its reply lost: it wrote our owner id,
-            # and our tag into our release slot, which later releases keep unless one of
-            # them lands in the same slot (then we report a loss we did not have: the
-            # safe mistake). Breaks and takeovers write neither.
-            if item and (item.get(it.RELEASED_BY, {}).get("S") == lease.owner or item.get(slot, {}).get("S") == tag):
+            if self._released_by_us(lease, item):
                 return
             if quiet:
                 self._disown(lease)  # taken or broken meanwhile
@@ -1237,17 +1254,37 @@ class LockClient:
                 logger.warning("could not release %r, retrying in the background: %s", lease, exc)
             self._release_later(lease)
 
-    def _release_request(self, stored: str, owner: str) -> dict[str, Any]:
+    @staticmethod
+    def _released_by_us(lease: Lease, item: Mapping[str, Any] | None) -> bool:
+        """Whether a release whose condition failed had an earlier try of its own applied.
+
+        That try, its reply lost, wrote our owner id, and our tag into our release slot
+        and into our fence's place in the release ring (items.RING), which the releases
+        of the next holders keep. Breaks and takeovers write none of them.
+        (Guessing from the fence instead read a break followed by another holder's
+        acquire and release as our own release: issue 13, finding 3.)
+        """
+        if not item:
+            return False
+        slot, tag = it.release_slot(lease.owner)
+        return item.get(it.RELEASED_BY, {}).get("S") == lease.owner or item.get(slot, {}).get("S") == tag or it.in_ring(item, tag)
+
+    def _release_request(self, stored: str, owner: str, fence: int | None = None) -> dict[str, Any]:
         """The release write of ``owner``: the item keeps its fence, loses its owner, and
-        remembers the release in the owner's slot (see items.RELEASE_SLOTS)."""
+        remembers the release in the owner's slot (see items.RELEASE_SLOTS) and, for a
+        lease whose ``fence`` we know, in the release ring (items.RING)."""
         slot, tag = it.release_slot(owner)
         now = self.clock.now()
+        names = {**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute, "#slot": slot}
+        ring = ""
+        if fence is not None:
+            names["#ring"] = it.RING
+            ring = f", #ring[{it.ring_index(fence)}] = :tag"  # a list index cannot be a placeholder
         return dict(
             Key=self._key(stored),
-            UpdateExpression="SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner",
+            UpdateExpression=f"SET #released_at = :now, #released_by = :me, #slot = :tag{ring}, #gc = :gc, #rvn = :rvn REMOVE #owner",
             ConditionExpression="#owner = :me",
-            ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
-                                      "#gc": self.options.ttl_attribute, "#slot": slot},
+            ExpressionAttributeNames=names,
             ExpressionAttributeValues={
                 ":me": {"S": owner}, ":tag": {"S": tag}, ":now": it.num(now), ":rvn": {"S": uuid.uuid4().hex},
                 ":gc": self._gc_at(now),

@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 
 from ..exceptions import CredentialsError
-from .options import ClientOptions
+from .options import ClientOptions, without_botocore_retries
 
 _build_lock = threading.Lock()
 
@@ -41,5 +41,5 @@ def build_boto_client(options: ClientOptions) -> Any:
             "dynamodb",
             endpoint_url=options.endpoint_url,
             region_name=options.region_name,
-            config=options.client_config,
+            config=without_botocore_retries(options.client_config),
         )

@@ -37,8 +37,9 @@ BREAK_PREFIX = "break:"
 # network cannot take the key after its own acquisition was released, even when other
 # holders came and went meanwhile: each release writes a short tag of its owner id into
 # one of these slots (chosen by the tag), and acquire refuses a free key whose slot
-# holds its own tag. 16 slots of 8 characters keep the item well under 1 KB; a later
-# release that lands in the same slot only weakens the guard for that one owner.
+# holds its own tag. A later release that lands in the same slot would lift the guard for
+# that one owner, which is why releases also write the ring below. The slots and the ring,
+# 2 x 16 tags of 8 characters, keep the item well under 1 KB.
 RELEASE_SLOTS = 16
 
 
@@ -46,6 +47,24 @@ def release_slot(owner: str) -> tuple[str, str]:
     """(attribute name, tag) remembering that ``owner`` was released."""
     tag = hashlib.blake2s(owner.encode(), digest_size=4).hexdigest()
     return f"rel{int(tag, 16) % RELEASE_SLOTS}", tag
+
+
+# The release ring: a list of RELEASE_SLOTS tags, the release of the lease with token
+# ``fence`` writing its tag at index fence % RELEASE_SLOTS. Consecutive holders of a key
+# have consecutive fences, so the next RELEASE_SLOTS - 1 releases land elsewhere: a
+# release whose reply was lost still finds its tag there when it tries again, and a
+# delayed acquire attempt of a released acquisition is refused, however the owner slots
+# collided meanwhile (one in RELEASE_SLOTS handoffs did). Acquire creates the list.
+RING = "ring"
+EMPTY_RING = {"L": [{"S": "-"} for _ in range(RELEASE_SLOTS)]}
+
+
+def ring_index(fence: int) -> int:
+    return fence % RELEASE_SLOTS
+
+
+def in_ring(item: Mapping[str, Any], tag: str) -> bool:
+    return {"S": tag} in item.get(RING, {}).get("L", [])
 
 
 def num(value: float | int) -> dict[str, str]:

@@ -57,26 +57,45 @@ def merge_client_config(user: Config | dict[str, Any] | None) -> Config:
 
 
 # Requests the LockClient makes for one call when they fail transiently (its acquire
-# loop retries on its own, within `wait`).
+# loop retries on its own, within `wait`), at the least: more if the botocore config
+# asks for more attempts.
 CALL_ATTEMPTS = 3
+
+
+def configured_attempts(config: Config) -> int:
+    """The attempts per request a botocore Config asks for (its own default when unset)."""
+    retries = config.retries or {}
+    attempts = retries.get("total_max_attempts")
+    if attempts is None:
+        attempts = retries.get("max_attempts", 4 if retries.get("mode") == "legacy" else 2) + 1
+    return max(1, int(attempts))
+
+
+def call_attempts(config: Config) -> int:
+    """Requests the LockClient makes for one call: CALL_ATTEMPTS, or the config's attempts if more."""
+    return max(CALL_ATTEMPTS, configured_attempts(config))
+
+
+def without_botocore_retries(config: Config) -> Config:
+    """The config the boto3 client is built with: one attempt per request.
+
+    The LockClient makes the attempts itself (``call_attempts``), a few milliseconds
+    apart. botocore's own backoff sleeps up to a second on a throttled request (its
+    base for throttling): a holder whose release is throttled would keep every
+    waiter out that long.
+    """
+    return config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
 
 
 def call_budget(config: Config) -> float:
     """Worst-case seconds one LockClient call can take: every attempt times out.
 
-    Our CALL_ATTEMPTS tries, each a botocore call with its own attempts and backoff
-    (standard mode sleeps up to 2**attempt seconds, at most 20, between attempts).
-    Our own backoff between tries is milliseconds and left out. Used by a system
+    Our backoff between attempts is milliseconds and left out. Used by a system
     check against the lease.
     """
-    retries = config.retries or {}
-    attempts = retries.get("total_max_attempts")
-    if attempts is None:
-        attempts = retries.get("max_attempts", 4 if retries.get("mode") == "legacy" else 2) + 1
     connect = config.connect_timeout if config.connect_timeout is not None else 60
     read = config.read_timeout if config.read_timeout is not None else 60
-    backoff = sum(min(2.0**i, 20.0) for i in range(max(attempts - 1, 0)))
-    return CALL_ATTEMPTS * (attempts * (float(connect) + float(read)) + backoff)
+    return call_attempts(config) * (float(connect) + float(read))
 
 
 @dataclass(frozen=True)
@@ -128,6 +147,10 @@ class ClientOptions:
             raise InvalidArgument(f"safety_margin must be a fraction in [0, 0.5), got {self.safety_margin!r}")
         if self.min_retry_delay > self.max_retry_delay:
             raise InvalidArgument("min_retry_delay must not exceed max_retry_delay")
+
+    @property
+    def call_attempts(self) -> int:
+        return call_attempts(self.client_config)
 
     def prefixed(self, key: str) -> str:
         """The stored partition key for a user's key, validated before any network call."""
