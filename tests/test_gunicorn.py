@@ -20,7 +20,7 @@ import urllib.request
 import pytest
 
 from tests.reliability.harness import create_table, delete_table, wait_for
-from tests.servers import REPO_ROOT, dummy_client, free_port, server_env
+from tests.servers import REPO_ROOT, dummy_client, free_port
 
 pytestmark = pytest.mark.slow
 
@@ -62,8 +62,9 @@ class Watcher(threading.Thread):
 def site(server, tmp_path):
     table = create_table(server.endpoint_url)
     port = free_port()
-    env = server_env({"DJANGO_SETTINGS_MODULE": "tests.sites.gunicorn_site", "SITE_ENDPOINT_URL": server.endpoint_url,
-                      "SITE_TABLE": table, "SITE_LEASE": str(LEASE), "PYTHONPATH": str(REPO_ROOT)})
+    # the suite's environment (dummy credentials, or the endpoint's under DYNLOCK_TEST_ENDPOINT)
+    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.sites.gunicorn_site", SITE_ENDPOINT_URL=server.endpoint_url,
+               SITE_TABLE=table, SITE_LEASE=str(LEASE), PYTHONPATH=str(REPO_ROOT))
     log = open(tmp_path / "gunicorn.log", "w")
     process = subprocess.Popen(
         [sys.executable, "-m", "gunicorn", "--workers", "4", "--bind", f"127.0.0.1:{port}", "--timeout", "120",

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django_dynlock.engine import ClientOptions, LockClient
 from django_dynlock.engine.options import merge_client_config
+from tests.servers import suite_region, suite_session_options
 
 # This host's true wall clock, as an offset to the monotonic one (which no shift touches).
 TRUE_WALL_MINUS_MONOTONIC = time.time() - time.monotonic()
@@ -32,7 +33,7 @@ def shift_wall_clock(offset: float) -> None:
         time.time_ns = lambda: real_time_ns() + int(offset * 1e9)  # type: ignore[assignment]
 
 
-OPTIONS = dict(region_name="us-east-1", session_options={"aws_access_key_id": "testing", "aws_secret_access_key": "testing"})
+OPTIONS = dict(region_name=suite_region(), session_options=suite_session_options())
 
 
 def client_for(endpoint_url: str, table: str, **extra) -> LockClient:

@@ -19,7 +19,7 @@ from typing import Any, Iterable
 from tests.faultproxy import FaultProxy
 from tests.reliability.history import Section, Violation, check, load_sections
 from tests.reliability.workers import Plan, counter_path, read_counter, run_sections
-from tests.servers import dummy_client
+from tests.servers import dummy_client, table_name
 
 SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT = 120.0  # spawned children import boto3: slow on a busy 2-core machine
@@ -31,7 +31,7 @@ def create_table(endpoint_url: str, table: str | None = None) -> str:
     """A fresh lock table (the engine's own create_table, so its schema is the real one)."""
     from tests.workers import client_for
 
-    table = table or f"rel-{uuid.uuid4().hex[:12]}"
+    table = table or table_name()
     client = client_for(endpoint_url, table)
     try:
         client.create_table(wait=True)

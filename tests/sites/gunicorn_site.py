@@ -11,6 +11,8 @@ from __future__ import annotations
 import os
 import time
 
+from tests.servers import suite_region, suite_session_options
+
 SECRET_KEY = "gunicorn-site"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1"]
@@ -24,8 +26,8 @@ DYNLOCK = {
         "TABLE_NAME": os.environ.get("SITE_TABLE", "django_dynlock"),
         "LEASE_DURATION": float(os.environ.get("SITE_LEASE", "30")),
         "HEARTBEAT_PERIOD": float(os.environ.get("SITE_LEASE", "30")) / 3,
-        "REGION_NAME": "us-east-1",
-        "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+        "REGION_NAME": suite_region(),
+        "SESSION_OPTIONS": suite_session_options(),
     }
 }
 
