@@ -35,6 +35,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.config import Config
+
 from bench.engine import REGION, SESSION_OPTIONS, TABLE, Floor, make_client
 from django_dynlock.engine.options import ClientOptions, merge_client_config
 from django_dynlock.exceptions import LockNotAcquired
@@ -251,7 +253,9 @@ class DynlockLane:
 class DynlockContender(Contender):
     def __init__(self, spec: Spec, endpoint_url: str):
         super().__init__(spec, endpoint_url)
-        extra = {k: spec.settings[k] for k in ("min_retry_delay", "max_retry_delay") if k in spec.settings}
+        extra: dict[str, Any] = {k: spec.settings[k] for k in ("min_retry_delay", "max_retry_delay") if k in spec.settings}
+        if "client_config" in spec.settings:  # botocore settings over the library's own defaults
+            extra["client_config"] = merge_client_config(spec.settings["client_config"])
         self.client = make_client(endpoint_url, lease_duration=spec.lease, heartbeat_period=spec.heartbeat, **extra)
         self.counter.attach(self.client.boto.meta.events)
 
@@ -323,7 +327,9 @@ class PdlLane:
         with _build_lock:
             session = _session()
             contender.counter.attach(session.events)
-            resource = session.resource("dynamodb", endpoint_url=contender.endpoint_url)
+            config = s.get("client_config")  # botocore settings; its own defaults otherwise
+            resource = session.resource("dynamodb", endpoint_url=contender.endpoint_url,
+                                        config=Config(**config) if config else None)
         self.client = DynamoDBLockClient(
             resource,
             table_name=PDL_TABLE,

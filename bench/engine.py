@@ -36,6 +36,7 @@ import multiprocessing
 import os
 import platform
 import random
+import re
 import socket
 import statistics
 import subprocess
@@ -49,7 +50,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from django_dynlock.engine import ClientOptions, LockClient
-from django_dynlock.engine.items import release_slot
+from django_dynlock.engine.items import EMPTY_RING, RING, release_slot, ring_index
 from django_dynlock.engine.options import merge_client_config
 from django_dynlock.exceptions import LockNotAcquired
 
@@ -218,7 +219,8 @@ class Floor:
     ACQUIRE_EXPRESSION = (
         "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
         "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
-        "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one REMOVE #released_at, #reserved_by"
+        "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one, #ring = if_not_exists(#ring, :ring0) "
+        "REMOVE #released_at, #reserved_by"
     )
     # A free key, unless this acquisition was already released (the engine's guard
     # against a delayed duplicate of an acquire landing after its release) or another
@@ -227,12 +229,14 @@ class Floor:
     # client that knows DynamoDB's clock from an earlier reply.
     ACQUIRE_CONDITION = (
         "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag))"
+        " AND (attribute_not_exists(#ring) OR NOT contains(#ring, :tag))"
         " AND (attribute_not_exists(#reserved_by) OR #reserved_by = :me OR #released_at < :lapsed))"
         " OR (#owner = :me AND #seq < :seq) OR (attribute_exists(#owner) AND #expires_at < :earliest)"
     )
     RELEASE_EXPRESSION = (
-        "SET #released_at = :now, #released_by = :me, #slot = :tag, #gc = :gc, #rvn = :rvn REMOVE #owner"
-    )
+        "SET #released_at = :now, #released_by = :me, #slot = :tag, #ring[{ring}] = :tag, #gc = :gc, #rvn = :rvn "
+        "REMOVE #owner"
+    )  # {ring}: the index of the lease's fence in the release ring (items.ring_index)
     RELEASE_CONDITION = "#owner = :me"
 
     def __init__(self, endpoint_url: str, client_config: Any):
@@ -248,44 +252,46 @@ class Floor:
                       "holder", "released_at", "reserved_by")
         }
         self.acquire_names["#gc"] = "gc_at"
+        self.acquire_names["#ring"] = RING
         self.release_names = {f"#{n}": n for n in ("owner", "rvn", "released_at", "released_by")}
         self.release_names["#gc"] = "gc_at"
+        self.release_names["#ring"] = RING
         self.lease_ms = str(int(LEASE_DURATION * 1000))
 
-    def acquire(self, key: str, condition: str | None = None) -> tuple[str, str]:
+    def acquire(self, key: str, condition: str | None = None, update: str | None = None) -> tuple[str, str]:
+        """The engine's acquire; ``condition`` or ``update`` replace its expressions (to
+        measure what a part of them costs the server)."""
         now = time.time()
         owner = uuid.uuid4().hex
         slot, tag = release_slot(owner)
-        names = {**self.acquire_names, "#slot": slot}
         condition = condition or self.ACQUIRE_CONDITION
-        values = {":tag": {"S": tag}} if "#slot" in condition else {}
-        if "#slot" not in condition:
-            del names["#slot"]
-        for name, value in ((":lapsed", now - 2.0), (":earliest", now)):
-            if name in condition:
-                values[name] = {"N": repr(round(value, 6))}
+        update = update or self.ACQUIRE_EXPRESSION
+        names, values = _used_only(update + " " + condition, {**self.acquire_names, "#slot": slot}, {
+            ":tag": {"S": tag},
+            ":lapsed": {"N": repr(round(now - 2.0, 6))},
+            ":earliest": {"N": repr(round(now, 6))},
+            ":me": {"S": owner},
+            ":rvn": {"S": uuid.uuid4().hex},
+            ":seq": {"N": "1"},
+            ":lease_ms": {"N": self.lease_ms},
+            ":expires": {"N": repr(round(now + LEASE_DURATION, 6))},
+            ":now": {"N": repr(round(now, 6))},
+            ":host": {"S": self.host},
+            ":pid": {"N": self.pid},
+            ":thread": {"S": "bench"},
+            ":holder": {"M": {}},
+            ":gc": {"N": str(int(now) + 3600)},
+            ":base": {"N": str(int(now * 1_000_000))},
+            ":one": {"N": "1"},
+            ":ring0": EMPTY_RING,
+        })
         reply = self.boto.update_item(
             TableName=TABLE,
             Key={"key": {"S": key}},
-            UpdateExpression=self.ACQUIRE_EXPRESSION,
+            UpdateExpression=update,
             ConditionExpression=condition,
             ExpressionAttributeNames=names,
-            ExpressionAttributeValues={
-                **values,
-                ":me": {"S": owner},
-                ":rvn": {"S": uuid.uuid4().hex},
-                ":seq": {"N": "1"},
-                ":lease_ms": {"N": self.lease_ms},
-                ":expires": {"N": repr(round(now + LEASE_DURATION, 6))},
-                ":now": {"N": repr(round(now, 6))},
-                ":host": {"S": self.host},
-                ":pid": {"N": self.pid},
-                ":thread": {"S": "bench"},
-                ":holder": {"M": {}},
-                ":gc": {"N": str(int(now) + 3600)},
-                ":base": {"N": str(int(now * 1_000_000))},
-                ":one": {"N": "1"},
-            },
+            ExpressionAttributeValues=values,
             ReturnValues="ALL_NEW",
             ReturnValuesOnConditionCheckFailure="ALL_OLD",
         )
@@ -297,7 +303,7 @@ class Floor:
         self.boto.update_item(
             TableName=TABLE,
             Key={"key": {"S": key}},
-            UpdateExpression=self.RELEASE_EXPRESSION,
+            UpdateExpression=self.RELEASE_EXPRESSION.format(ring=ring_index(int(token))),
             ConditionExpression=self.RELEASE_CONDITION,
             ExpressionAttributeNames={**self.release_names, "#slot": slot},
             ExpressionAttributeValues={
@@ -312,6 +318,12 @@ class Floor:
 
     def close(self) -> None:
         self.boto.close()
+
+
+def _used_only(expressions: str, names: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+    """The names and values that ``expressions`` use: DynamoDB refuses unused ones."""
+    used = set(re.findall(r"[#:][A-Za-z0-9_]+", expressions))
+    return {k: v for k, v in names.items() if k in used}, {k: v for k, v in values.items() if k in used}
 
 
 def engine_requests_match(endpoint_url: str) -> list[str]:
@@ -335,7 +347,7 @@ def engine_requests_match(endpoint_url: str) -> list[str]:
         return [f"expected 2 UpdateItems per acquire+release, saw {len(seen)}"]
     ours = [(Floor.ACQUIRE_EXPRESSION, Floor.ACQUIRE_CONDITION), (Floor.RELEASE_EXPRESSION, Floor.RELEASE_CONDITION)]
     for what, body, (update, condition) in zip(("acquire", "release"), seen, ours):
-        if body.get("UpdateExpression") != update:
+        if re.sub(r"#ring\[\d+\]", "#ring[{ring}]", body.get("UpdateExpression", "")) != update:
             problems.append(f"{what} UpdateExpression: engine {body.get('UpdateExpression')!r}, floor {update!r}")
         if body.get("ConditionExpression") != condition:
             problems.append(f"{what} ConditionExpression: engine {body.get('ConditionExpression')!r}, floor {condition!r}")
@@ -807,13 +819,15 @@ def measure_contended(endpoint_url: str, plan: Plan, rtt_ms: float, ctx: Any) ->
 
 
 def start_server(kind: str) -> Any:
-    from tests.servers import start_dynalite, start_moto_server
+    from tests.servers import start_dynalite, start_dynamodb_local, start_moto_server
 
     if kind == "moto":
         return start_moto_server(timeout=60)
     if kind == "dynalite":
         return start_dynalite(timeout=60, extra_args=["--createTableMs", "0"])
-    raise SystemExit(f"unknown server {kind!r}: use moto or dynalite")
+    if kind == "dynamodb-local":
+        return start_dynamodb_local(timeout=90)
+    raise SystemExit(f"unknown server {kind!r}: use dynamodb-local, moto or dynalite")
 
 
 def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable[[str], None]) -> dict[str, Any]:

@@ -299,8 +299,6 @@ def _dynlock_details(servers: list[dict[str, Any]]) -> str:
          lambda s: _calls(_get(s, "dynlock_calls", "failed_try_acquire"), _get(s, "dynlock_calls", "failed_try_acquire_total"))),
         ("… held by this same client (in-process gate)", lambda s: _f(_get(s, "dynlock_calls", "failed_try_acquire_same_process_total"), "{:g}")),
         ("API calls per acquire+release of a new key", lambda s: _calls(_get(s, "dynlock_calls", "acquire_release_new_key"), _get(s, "dynlock_calls", "acquire_release_new_key_total"))),
-        ("acquire round trip with the engine's condition / the minimal one (ms)",
-         lambda s: f"{_f(_get(s, 'condition_cost', 'acquire_engine_ms'), '{:.2f}')} / {_f(_get(s, 'condition_cost', 'acquire_minimal_ms'), '{:.2f}')}"),
         ("UpdateItem round trip, idle, median / p95 (ms)", lambda s: f"{_f(_get(s, 'rtt', 'median_ms'), '{:.2f}')} / {_f(_get(s, 'rtt', 'p95_ms'), '{:.2f}')}"),
         ("uncontended library / floor, per-round ratios, 1 thread: median (min–max)", lambda s: _spread(_get(s, "uncontended", "1", "paired_ratio_vs_floor"))),
         ("uncontended library / floor, per-round ratios, 8 threads: median (min–max)", lambda s: _spread(_get(s, "uncontended", "8", "paired_ratio_vs_floor"))),
@@ -344,6 +342,41 @@ def _cpu_ratio(server: dict[str, Any], threads: str) -> str:
     return f"{ours / floor:.2f} ({ours:.0f} / {floor:.0f} µs)" if ours and floor else "–"
 
 
+# The rows of the request-cost table: (label, where in the results, name there).
+REQUEST_ROWS = [
+    ("acquire (free key)", "library", "acquire"),
+    ("acquire, busy key (condition fails, item returned)", "library", "acquire, busy key (condition fails)"),
+    ("renew (heartbeat, extend)", "library", "renew (heartbeat, extend)"),
+    ("release", "library", "release"),
+    ("break", "library", "break"),
+    ("GetItem, consistent (get, and waiters' polls)", "library", "GetItem"),
+    ("acquire, minimal condition (`attribute_not_exists(owner) OR owner = :me`)", "raw", "acquire, minimal condition"),
+    ("acquire, minimal update (`SET owner, fence`)", "raw", "acquire, minimal update"),
+    ("acquire, minimal update and condition", "raw", "acquire, minimal update and condition"),
+    ("simplest lock: PutItem, `attribute_not_exists`", "raw", "PutItem, attribute_not_exists"),
+    ("simplest lock: DeleteItem, `owner = :me`", "raw", "DeleteItem, owner = :me"),
+    ("UpdateItem of one attribute, conditioned on it", "raw", "UpdateItem, one attribute, owner = :me"),
+    ("… the same, on a lock's item (slots, ring, holder)", "raw", "UpdateItem, one attribute, on the lock's item"),
+]
+
+
+def _request_costs(servers: list[dict[str, Any]]) -> str:
+    """What each request costs on each server: medians in ms, and as a multiple of the
+    simplest lock's PutItem on the same server."""
+    names = [s["server"] for s in servers]
+    head = ("| request (median ms; × the simplest lock's PutItem) | " + " | ".join(names) + " |\n|---|"
+            + "---:|" * len(names))
+    lines = [head]
+    for label, where, name in REQUEST_ROWS:
+        cells = []
+        for s in servers:
+            ms = _get(s, "requests", where, name, "median_ms")
+            put = _get(s, "requests", "raw", "PutItem, attribute_not_exists", "median_ms")
+            cells.append("–" if ms is None else f"{ms:.2f} ({ms / put:.1f}×)" if put else f"{ms:.2f}")
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def markdown(results: dict[str, Any]) -> str:
     plan = results["plan"]
     servers = results["servers"]
@@ -366,7 +399,7 @@ def markdown(results: dict[str, Any]) -> str:
     by_server = [targets(s) for s in servers]
     for i, (label, _, _) in enumerate(by_server[0] if by_server else []):
         out.append(f"| {label} | " + " | ".join(f"{t[i][1]} {_met(t[i][2])}" for t in by_server) + " |")
-    out += ["", _dynlock_details(servers)]
+    out += ["", _dynlock_details(servers), "", _request_costs(servers)]
     for s in servers:
         if s.get("floor_check"):
             out += ["", f"WARNING ({s['server']}): the floor's requests differ from the engine's: " + "; ".join(s["floor_check"])]

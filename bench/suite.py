@@ -246,37 +246,151 @@ def measure_uncontended(endpoint_url: str, specs: list[Spec], threads: int, roun
     return out
 
 
-# -- 3b. what the acquire condition costs the server ---------------------------------------
+# -- 3b. what each request costs the server -----------------------------------------------
 
 MINIMAL_ACQUIRE_CONDITION = "attribute_not_exists(#owner) OR #owner = :me"
+MINIMAL_ACQUIRE_UPDATE = "SET #owner = :me, #fence = if_not_exists(#fence, :base) + :one"
 
 
-def measure_condition_cost(endpoint_url: str, rounds: int = 6, per_round: int = 30) -> dict[str, Any]:
-    """The floor's acquire with the engine's condition vs the minimal one (the engine's
-    before its guard against late duplicates), same client, same key reuse, ABBA."""
+def request_kind(operation: str, params: dict[str, Any], status: int) -> str:
+    """Which of the library's requests this is, by its operation and update expression."""
+    update = params.get("UpdateExpression", "")
+    if operation != "UpdateItem":
+        return operation
+    if update.startswith("SET #owner"):
+        return "acquire" if status < 300 else "acquire, busy key (condition fails)"
+    if "#break_reason" in update:
+        return "break"
+    if "REMOVE #owner" in update:
+        return "release"
+    if update.startswith("SET #rvn = :rvn, #seq"):
+        return "renew (heartbeat, extend)"
+    return f"UpdateItem {update.split(',')[0]}"
+
+
+class RequestTimer:
+    """Times every request a boto3 client sends, by ``request_kind``: from botocore's
+    ``before-call`` to its ``after-call`` (the round trip plus serialising and parsing)."""
+
+    def __init__(self, boto: Any) -> None:
+        self.times: dict[str, list[float]] = collections.defaultdict(list)
+        self.events = boto.meta.events
+        self.events.register("before-call.dynamodb", self._before)
+        self.events.register("after-call.dynamodb", self._after)
+
+    def _before(self, context: dict[str, Any], params: dict[str, Any], **_: Any) -> None:
+        context["bench_started"] = time.perf_counter()
+        context["bench_body"] = params.get("body")
+
+    def _after(self, context: dict[str, Any], model: Any, http_response: Any, **_: Any) -> None:
+        import json
+
+        took = time.perf_counter() - context.pop("bench_started")
+        body = context.pop("bench_body") or b"{}"
+        self.times[request_kind(model.name, json.loads(body), http_response.status_code)].append(took)
+
+    def close(self) -> None:
+        self.events.unregister("before-call.dynamodb", self._before)
+        self.events.unregister("after-call.dynamodb", self._after)
+
+
+def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 20) -> dict[str, Any]:
+    """Median time of each request the library sends, beside the simplest lock's requests
+    and variants of the acquire that leave out parts of its expressions.
+
+    Rounds alternate between the library's cycle and the raw variants (ABBA), on one
+    client each, so the server's drift hits all alike. The library's cycle: acquire,
+    extend (a renewal), a failed try_acquire from a second client, get, release; then
+    an acquire broken by an operator.
+    """
+    import boto3
+
     from django_dynlock.engine.options import merge_client_config
 
-    from bench.engine import Floor
+    from bench.engine import REGION, SESSION_OPTIONS, TABLE, Floor, make_client
 
-    floor = Floor(endpoint_url, merge_client_config(None))
-    times: dict[str, list[float]] = {"engine": [], "minimal": []}
-    variants = [("engine", None), ("minimal", MINIMAL_ACQUIRE_CONDITION)]
     run_id = uuid.uuid4().hex[:6]
+    lib, rival, operator = (make_client(endpoint_url) for _ in range(3))
+    timer = RequestTimer(lib.boto)
+    rival_timer, operator_timer = RequestTimer(rival.boto), RequestTimer(operator.boto)
+    floor = Floor(endpoint_url, merge_client_config(None))
+    raw = boto3.session.Session(**SESSION_OPTIONS).client("dynamodb", endpoint_url=endpoint_url, region_name=REGION,
+                                                          config=merge_client_config(None))
+    raw_times: dict[str, list[float]] = collections.defaultdict(list)
+
+    def timed(name: str, call: Callable[[], Any]) -> Any:
+        t0 = time.perf_counter()
+        reply = call()
+        raw_times[name].append(time.perf_counter() - t0)
+        return reply
+
+    def library_round() -> None:
+        key = f"req-lib-{run_id}"
+        for _ in range(per_round):
+            lease = lib.acquire(key)
+            lease.extend()
+            if rival.try_acquire(key) is not None:
+                raise BenchError("a second client acquired a held key")
+            lib.get(key)
+            lease.release()
+        # held by the floor (the engine's own acquire, sent raw): no lease in this process
+        # to learn of the break and warn about it
+        floor.acquire(f"req-break-{run_id}")
+        if not operator.break_lease(f"req-break-{run_id}", reason="bench"):
+            raise BenchError("the operator's break found nothing to break")
+
+    def raw_round() -> None:
+        key = f"req-raw-{run_id}"
+        for _ in range(per_round):
+            for name, condition, update in (("acquire, minimal condition", MINIMAL_ACQUIRE_CONDITION, None),
+                                            ("acquire, minimal update", None, MINIMAL_ACQUIRE_UPDATE),
+                                            ("acquire, minimal update and condition", MINIMAL_ACQUIRE_CONDITION,
+                                             MINIMAL_ACQUIRE_UPDATE)):
+                owner, token = timed(name, lambda: floor.acquire(key, condition, update))
+                floor.release(key, owner, token)
+            # The simplest lock (python-dynamodb-lock's and dyndbmutex's shape): a
+            # conditional PutItem of the whole item and a conditional DeleteItem.
+            simple = {"key": {"S": f"{key}-put"}, "owner": {"S": "me"}, "expires_at": {"N": "1"}}
+            timed("PutItem, attribute_not_exists", lambda: raw.put_item(
+                TableName=TABLE, Item=simple, ConditionExpression="attribute_not_exists(#k)",
+                ExpressionAttributeNames={"#k": "key"}))
+            timed("DeleteItem, owner = :me", lambda: raw.delete_item(
+                TableName=TABLE, Key={"key": simple["key"]}, ConditionExpression="#o = :me",
+                ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":me": {"S": "me"}}))
+            for name, item_key in (("UpdateItem, one attribute, owner = :me", f"{key}-one"),
+                                   ("UpdateItem, one attribute, on the lock's item", key)):
+                # the second: the item the acquires above wrote (slots, ring, holder), to
+                # tell the item's size from the expression's cost
+                timed(name, lambda k=item_key: raw.update_item(
+                    TableName=TABLE, Key={"key": {"S": k}}, UpdateExpression="SET #x = :me",
+                    ConditionExpression="attribute_not_exists(#x) OR #x = :me",
+                    ExpressionAttributeNames={"#x": "bench_x"}, ExpressionAttributeValues={":me": {"S": "me"}}))
+
     try:
+        library_round()  # warm-up: connections, the server's code paths
+        raw_round()
+        for times in (timer.times, rival_timer.times, operator_timer.times, raw_times):
+            times.clear()
         for index in range(rounds):
-            for name, condition in (variants if index % 2 == 0 else variants[::-1]):
-                key = f"cond-{name}-{run_id}"
-                for _ in range(per_round):
-                    t0 = time.perf_counter()
-                    owner, token = floor.acquire(key, condition)
-                    times[name].append(time.perf_counter() - t0)
-                    floor.release(key, owner, token)
+            for do in ((library_round, raw_round) if index % 2 == 0 else (raw_round, library_round)):
+                do()
     finally:
+        for timer_ in (timer, rival_timer, operator_timer):
+            timer_.close()
+        for client in (lib, rival, operator):
+            client.close()
         floor.close()
-    engine_ms, minimal_ms = median(times["engine"]) * 1000, median(times["minimal"]) * 1000
-    return {"engine_condition": Floor.ACQUIRE_CONDITION, "minimal_condition": MINIMAL_ACQUIRE_CONDITION,
-            "acquire_engine_ms": engine_ms, "acquire_minimal_ms": minimal_ms, "extra_ms": engine_ms - minimal_ms,
-            "n": len(times["engine"])}
+        raw.close()
+    library: dict[str, list[float]] = collections.defaultdict(list)
+    for times in (timer.times, rival_timer.times, operator_timer.times):
+        for kind, values in times.items():
+            library[kind] += values
+    return {
+        "library": {name: {"median_ms": median(v) * 1000, "n": len(v)} for name, v in sorted(library.items())},
+        "raw": {name: {"median_ms": median(v) * 1000, "n": len(v)} for name, v in raw_times.items()},
+        "engine_condition": Floor.ACQUIRE_CONDITION, "minimal_condition": MINIMAL_ACQUIRE_CONDITION,
+        "engine_update": Floor.ACQUIRE_EXPRESSION, "minimal_update": MINIMAL_ACQUIRE_UPDATE,
+    }
 
 
 # -- 4. handoff latency ------------------------------------------------------------------------

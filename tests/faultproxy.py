@@ -16,6 +16,9 @@ for requests chosen to suffer a fault:
 ``"drop_reply"``
     forward, read the whole upstream response (the request *is* applied), then
     close the client connection without answering.
+``"http500_applied"``
+    forward (the request *is* applied), then answer 500 ``InternalServerError``
+    instead of the upstream's reply: the server failed after the write.
 
 Faults are chosen per request, by scripted rules (``add_fault``, which take
 precedence) or at random (``set_rates``).  While ``pause()``-d every request is
@@ -60,11 +63,12 @@ from typing import Any, Callable, Iterable, Mapping
 
 __all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "RequestRecord", "ScriptedFault"]
 
-FAULT_KINDS = frozenset({"http500", "throttle", "delay", "reset", "drop_reply"})
+FAULT_KINDS = frozenset({"http500", "throttle", "delay", "reset", "drop_reply", "http500_applied"})
 
 _ERROR_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 _ERROR_REPLIES = {
     "http500": (500, "InternalServerError"),
+    "http500_applied": (500, "InternalServerError"),
     "throttle": (400, "ProvisionedThroughputExceededException"),
 }
 
@@ -228,19 +232,8 @@ class _Handler(BaseHTTPRequestHandler):
         if kind in ("reset", "paused"):
             self._abort()
             return
-        if kind in _ERROR_REPLIES:
-            status, code = _ERROR_REPLIES[kind]
-            payload = json.dumps({"__type": _ERROR_PREFIX + code, "message": "injected"})
-            self._reply(
-                status,
-                payload.encode(),
-                [
-                    ("Content-Type", "application/x-amz-json-1.0"),
-                    ("x-amzn-RequestId", str(uuid.uuid4())),
-                ],
-            )
-            if record is not None:
-                record.status = status
+        if kind in _ERROR_REPLIES and kind != "http500_applied":
+            self._error_reply(kind, record)
             return
         if kind == "delay" and proxy._stopping.wait(delay):
             self._abort()
@@ -262,7 +255,21 @@ class _Handler(BaseHTTPRequestHandler):
             # Plain close (FIN), unlike "reset": the reply is simply never sent.
             self.close_connection = True
             return
+        if kind == "http500_applied":
+            self._error_reply(kind, record)
+            return
         self._reply(status, payload, headers, reason=reason)
+        if record is not None:
+            record.status = status
+
+    def _error_reply(self, kind: str, record: RequestRecord | None) -> None:
+        status, code = _ERROR_REPLIES[kind]
+        payload = json.dumps({"__type": _ERROR_PREFIX + code, "message": "injected"})
+        self._reply(
+            status,
+            payload.encode(),
+            [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-RequestId", str(uuid.uuid4()))],
+        )
         if record is not None:
             record.status = status
 

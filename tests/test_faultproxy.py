@@ -162,6 +162,7 @@ def test_client_keep_alive_survives_injected_errors(proxy: FaultProxy, table: st
         ("delay", ReadTimeoutError, None, True),
         ("reset", ConnectionClosedError, None, False),
         ("drop_reply", ConnectionClosedError, None, True),
+        ("http500_applied", ClientError, "InternalServerError", True),
     ],
 )
 def test_fault_surfaces_in_botocore(
@@ -183,7 +184,7 @@ def test_fault_surfaces_in_botocore(
         response = info.value.response  # type: ignore[attr-defined]
         assert response["Error"]["Code"] == code
         assert response["Error"]["Message"] == "injected"
-        assert response["ResponseMetadata"]["HTTPStatusCode"] == (500 if kind == "http500" else 400)
+        assert response["ResponseMetadata"]["HTTPStatusCode"] == (500 if kind.startswith("http500") else 400)
         assert isinstance(info.value, getattr(client.exceptions, code))
     assert handle.fired == 1 and proxy.stats[kind] == 1
 
