@@ -1,6 +1,7 @@
 """Thousands of contended critical sections with and without 10% mixed faults.
 
-One run per server (moto, dynalite): worker processes, each behind its own
+One run per server (AWS's DynamoDB Local and dynalite, the suite's server matrix; moto
+keeps the other fault-proxy tests): worker processes, each behind its own
 FaultProxy, loop acquire -> read counter -> sleep -> raise_if_lost -> write ->
 release on a few keys. First without faults, then with 10% of all requests faulted:
 2.5% each of HTTP 500, throttling, connection reset, reply dropped after the write
@@ -26,6 +27,7 @@ from tests.reliability.history import summarize
 pytestmark = pytest.mark.slow
 
 LEASE = 4.0
+SERVERS = ["dynamodb-local", "dynalite"]
 # (workers, keys, fault-free window, faulty window) in seconds
 DEFAULT = (4, 2, 10.0, 30.0)
 LONG = (6, 3, 30.0, 120.0)
@@ -95,7 +97,7 @@ def run_mixed_faults(endpoint_url: str, kind: str, tmp_path, shape) -> Run:
 
 def run_for(request, tmp_path_factory, shape) -> Run:
     kind = request.param
-    server = request.getfixturevalue(f"{kind}_server")
+    server = request.getfixturevalue(f"{kind.replace('-', '_')}_server")
     run = run_mixed_faults(server.endpoint_url, kind, tmp_path_factory.mktemp(f"mixed-{kind}"), shape)
     print("\n" + run.describe())
     return run
@@ -130,23 +132,23 @@ def check_throughput(run: Run) -> None:
     assert run.ratio >= 1 / 3, run.describe()
 
 
-@pytest.mark.parametrize("mixed_run", ["moto", "dynalite"], indirect=True)
+@pytest.mark.parametrize("mixed_run", SERVERS, indirect=True)
 def test_no_violation_with_or_without_faults(mixed_run):
     check_no_violation(mixed_run, minimum_sections=500)
 
 
-@pytest.mark.parametrize("mixed_run", ["moto", "dynalite"], indirect=True)
+@pytest.mark.parametrize("mixed_run", SERVERS, indirect=True)
 def test_contended_throughput_under_faults_is_a_third_of_fault_free(mixed_run):
     check_throughput(mixed_run)
 
 
 @pytest.mark.soak
-@pytest.mark.parametrize("soak_run", ["moto", "dynalite"], indirect=True)
+@pytest.mark.parametrize("soak_run", SERVERS, indirect=True)
 def test_soak_no_violation_with_or_without_faults(soak_run):
     check_no_violation(soak_run, minimum_sections=2000)
 
 
 @pytest.mark.soak
-@pytest.mark.parametrize("soak_run", ["moto", "dynalite"], indirect=True)
+@pytest.mark.parametrize("soak_run", SERVERS, indirect=True)
 def test_soak_contended_throughput_under_faults_is_a_third_of_fault_free(soak_run):
     check_throughput(soak_run)

@@ -1,6 +1,6 @@
 """The DynamoDB endpoint restarts while a lease is held.
 
-moto server and dynalite (in memory) come back *empty*: the table and every lock item
+DynamoDB Local, moto server and dynalite (all in memory here) come back *empty*: the table and every lock item
 are gone. That is data loss no real DynamoDB table suffers, and the lease protocol
 cannot survive it unaided, but it must fail safe where it can:
 
@@ -37,13 +37,12 @@ def fenced_put(client, table: str, token: int, value: str) -> None:
     )
 
 
-@pytest.fixture(params=["moto", "dynalite"])
+@pytest.fixture(params=["dynamodb-local", "moto", "dynalite"])
 def restartable(request):
     """A server of its own on a fixed port, and a function that restarts it there."""
-    if request.param == "dynalite":
-        from tests.conftest import need_dynalite
+    from tests.conftest import need_dynalite, need_dynamodb_local
 
-        need_dynalite()
+    {"dynalite": need_dynalite, "dynamodb-local": need_dynamodb_local}.get(request.param, lambda: None)()
     port = free_port()
     servers = [start_server(request.param, port=port)]
 
