@@ -5,7 +5,7 @@
 #   make java        a Java runtime for DynamoDB Local (Debian's openjdk-17-jre-headless, as root)
 #   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
 #   make test        full test suite, then the Django 4.2 LTS pass (test-dj42)
-#   make test-dj42   Django 4.2 LTS pass over the Django-facing tests (-m "not slow")
+#   make test-dj42   Django 4.2 LTS pass over the Django-facing tests (-m "not slow"), on DynamoDB Local
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
 #   make clean       remove venvs, node_modules and .demo
 #
@@ -91,7 +91,7 @@ test: venv node java browser
 
 test-dj42: $(VENV_DJ42)/.installed node java
 	$(VENV_DJ42)/bin/python -c 'import django; assert django.VERSION[:2] == (4, 2), django.get_version(); print("Django", django.get_version())'
-	$(VENV_DJ42)/bin/python -m pytest -m "not slow" $(DJANGO_LAYER_TESTS) $(PYTEST_ARGS)
+	DYNLOCK_TEST_SERVERS=dynamodb-local $(VENV_DJ42)/bin/python -m pytest -m "not slow" $(DJANGO_LAYER_TESTS) $(PYTEST_ARGS)
 
 # The real-server tests against an endpoint the suite did not start (docs/testing.md):
 #   make test-endpoint DYNLOCK_TEST_ENDPOINT=http://127.0.0.1:8000

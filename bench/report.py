@@ -475,7 +475,7 @@ def plot_throughput(results: dict[str, Any], path: Path) -> Path:
             for x, y in zip(xs, ys):
                 ax.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7.5)
         ratios = [derived(s)[f"u{threads}_vs_floor"] for s in servers]
-        ax.set_xticks(range(len(servers)), [f"{s['server']}\ndjango-dynlock / floor {r:.2f}×" if r else s["server"]
+        ax.set_xticks(range(len(servers)), [f"{s['server']}\nours / floor\n{r:.2f}×" if r else s["server"]
                                             for s, r in zip(servers, ratios)])
         ax.set_ylim(0, top * 1.1)
         ax.set_ylabel("acquire+release cycles/s (median; whiskers min–max of rounds)")

@@ -2,8 +2,8 @@
 
 Run from the repository root (``pip install -e '.[bench]'`` and ``make node`` first)::
 
-    python -m bench                  # full run, about 15 minutes
-    python -m bench --quick          # about 8 minutes, smaller samples (smoke test)
+    python -m bench                  # full run, about 14 minutes
+    python -m bench --quick          # smaller samples (smoke test)
     python -m bench --servers dynalite
     python -m bench --replot bench/results/bench-<timestamp>.json
 

@@ -269,11 +269,13 @@ def request_kind(operation: str, params: dict[str, Any], status: int) -> str:
 
 
 class RequestTimer:
-    """Times every request a boto3 client sends, by ``request_kind``: from botocore's
-    ``before-call`` to its ``after-call`` (the round trip plus serialising and parsing)."""
+    """Times every request a boto3 client sends, from botocore's ``before-call`` to its
+    ``after-call`` (signing, the round trip and parsing the reply; not building the
+    request), under ``kind(operation, body, status)``: ``request_kind`` by default."""
 
-    def __init__(self, boto: Any) -> None:
+    def __init__(self, boto: Any, kind: Callable[[str, dict[str, Any], int], str] = request_kind) -> None:
         self.times: dict[str, list[float]] = collections.defaultdict(list)
+        self.kind = kind
         self.events = boto.meta.events
         self.events.register("before-call.dynamodb", self._before)
         self.events.register("after-call.dynamodb", self._after)
@@ -287,7 +289,7 @@ class RequestTimer:
 
         took = time.perf_counter() - context.pop("bench_started")
         body = context.pop("bench_body") or b"{}"
-        self.times[request_kind(model.name, json.loads(body), http_response.status_code)].append(took)
+        self.times[self.kind(model.name, json.loads(body), http_response.status_code)].append(took)
 
     def close(self) -> None:
         self.events.unregister("before-call.dynamodb", self._before)
@@ -301,7 +303,8 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
     Rounds alternate between the library's cycle and the raw variants (ABBA), on one
     client each, so the server's drift hits all alike. The library's cycle: acquire,
     extend (a renewal), a failed try_acquire from a second client, get, release; then
-    an acquire broken by an operator.
+    an operator's break of a held key. Every request, the library's and the raw ones, is
+    timed by the same botocore hooks (``RequestTimer``).
     """
     import boto3
 
@@ -316,13 +319,17 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
     floor = Floor(endpoint_url, merge_client_config(None))
     raw = boto3.session.Session(**SESSION_OPTIONS).client("dynamodb", endpoint_url=endpoint_url, region_name=REGION,
                                                           config=merge_client_config(None))
-    raw_times: dict[str, list[float]] = collections.defaultdict(list)
+    # The raw requests are timed by the same hooks as the library's, under the name of
+    # the variant being sent; the floor's releases are not counted.
+    label: list[str | None] = [None]
+    raw_timers = [RequestTimer(c, lambda *_: label[0] or "untimed") for c in (floor.boto, raw)]
 
     def timed(name: str, call: Callable[[], Any]) -> Any:
-        t0 = time.perf_counter()
-        reply = call()
-        raw_times[name].append(time.perf_counter() - t0)
-        return reply
+        label[0] = name
+        try:
+            return call()
+        finally:
+            label[0] = None
 
     def library_round() -> None:
         key = f"req-lib-{run_id}"
@@ -369,25 +376,29 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
     try:
         library_round()  # warm-up: connections, the server's code paths
         raw_round()
-        for times in (timer.times, rival_timer.times, operator_timer.times, raw_times):
-            times.clear()
+        for timer_ in (timer, rival_timer, operator_timer, *raw_timers):
+            timer_.times.clear()
         for index in range(rounds):
             for do in ((library_round, raw_round) if index % 2 == 0 else (raw_round, library_round)):
                 do()
     finally:
-        for timer_ in (timer, rival_timer, operator_timer):
+        for timer_ in (timer, rival_timer, operator_timer, *raw_timers):
             timer_.close()
         for client in (lib, rival, operator):
             client.close()
         floor.close()
         raw.close()
-    library: dict[str, list[float]] = collections.defaultdict(list)
-    for times in (timer.times, rival_timer.times, operator_timer.times):
-        for kind, values in times.items():
-            library[kind] += values
+
+    def merged(timers: list[RequestTimer]) -> dict[str, dict[str, float]]:
+        times: dict[str, list[float]] = collections.defaultdict(list)
+        for timer_ in timers:
+            for kind, values in timer_.times.items():
+                times[kind] += values
+        return {kind: {"median_ms": median(v) * 1000, "n": len(v)} for kind, v in sorted(times.items()) if kind != "untimed"}
+
     return {
-        "library": {name: {"median_ms": median(v) * 1000, "n": len(v)} for name, v in sorted(library.items())},
-        "raw": {name: {"median_ms": median(v) * 1000, "n": len(v)} for name, v in raw_times.items()},
+        "library": merged([timer, rival_timer, operator_timer]),
+        "raw": merged(raw_timers),
         "engine_condition": Floor.ACQUIRE_CONDITION, "minimal_condition": MINIMAL_ACQUIRE_CONDITION,
         "engine_update": Floor.ACQUIRE_EXPRESSION, "minimal_update": MINIMAL_ACQUIRE_UPDATE,
     }

@@ -148,8 +148,8 @@ class RequestRecord:
     ``received`` and ``answered`` are ``time.time()``: when the request was read and
     when the proxy finished with it (reply sent, connection reset or closed).
     ``upstream`` is the upstream's HTTP status for a forwarded request (the request
-    was applied if it is 200), ``status`` the status sent back to the client, None
-    when no reply was sent.
+    was applied if it is 200) and ``reply_bytes`` the size of its reply body,
+    ``status`` the status sent back to the client, None when no reply was sent.
     """
 
     received: float
@@ -159,6 +159,7 @@ class RequestRecord:
     answered: float | None = None
     upstream: int | None = None
     status: int | None = None
+    reply_bytes: int | None = None  # the upstream's reply body, for a forwarded request
 
 
 class _Server(ThreadingHTTPServer):
@@ -251,6 +252,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if record is not None:
             record.upstream = status
+            record.reply_bytes = len(payload)
         if kind == "drop_reply":
             # Plain close (FIN), unlike "reset": the reply is simply never sent.
             self.close_connection = True
