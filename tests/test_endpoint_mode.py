@@ -58,3 +58,20 @@ def test_a_run_against_an_endpoint_uses_only_it_and_deletes_its_tables(dynamodb_
         failing.unlink(missing_ok=True)
         admin.delete_table(TableName=bystander)
         admin.close()
+
+
+def test_the_cost_of_a_run_counts_units_by_dynamodbs_rules():
+    from tests.endpoint_cost import units
+    from tests.faultproxy import RequestRecord
+
+    def record(operation: str, body: dict | None = None, reply_bytes: int | None = None) -> RequestRecord:
+        return RequestRecord(received=0.0, operation=operation, fault=None, body=body or {}, reply_bytes=reply_bytes)
+
+    assert units(record("UpdateItem")) == ("write", 1.0)  # also when its condition fails
+    assert units(record("TransactWriteItems", {"TransactItems": [{}, {}, {}]})) == ("write", 6.0)
+    assert units(record("BatchWriteItem", {"RequestItems": {"t": [{}, {}]}})) == ("write", 2.0)
+    assert units(record("GetItem", {"ConsistentRead": True})) == ("read", 1.0)
+    assert units(record("GetItem")) == ("read", 0.5)
+    assert units(record("BatchGetItem", {"RequestItems": {"t": {"Keys": [{}, {}], "ConsistentRead": True}}})) == ("read", 2.0)
+    assert units(record("Scan", {"ConsistentRead": True}, reply_bytes=10_000)) == ("read", 3.0)
+    assert units(record("CreateTable")) is None

@@ -6,7 +6,6 @@ No Django settings are needed: these only start and stop processes.
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -75,13 +74,10 @@ def _exercise(server: servers.LocalServer, kind: str) -> None:
 def _require_dynalite() -> None:
     if servers.dynalite_path() is not None:
         return
-    msg = (
-        "dynalite is not installed (expected "
-        f"{servers.REPO_ROOT / 'node_modules' / '.bin' / 'dynalite'}); run `make node`"
-    )
-    if os.environ.get("CI") == "true":
-        pytest.fail(msg + " -- required when CI=true", pytrace=False)
-    pytest.skip(msg)
+    from tests.conftest import missing_tool
+
+    missing_tool(f"dynalite is not installed (expected {servers.REPO_ROOT / 'node_modules' / '.bin' / 'dynalite'}); "
+                 "run `make node`")
 
 
 # --------------------------------------------------------------------------- moto
@@ -282,11 +278,9 @@ def test_start_server_dispatch():
 def test_dynamodb_local_starts_answers_and_stops():
     # AWS's own DynamoDB Local, the reference server (issue 15 makes it a server of the
     # test matrix; the benchmarks use it already).
-    if servers.dynamodb_local_jar() is None or shutil.which("java") is None:
-        message = "DynamoDB Local needs `make node` (its jar) and `make java`"
-        if os.environ.get("CI") == "true":
-            pytest.fail(message + " -- required under CI")
-        pytest.skip(message)
+    from tests.conftest import need_dynamodb_local
+
+    need_dynamodb_local()
     server = servers.start_dynamodb_local()
     try:
         _exercise(server, "dynamodb-local")
