@@ -99,6 +99,10 @@ class Problem:
         return ".E" in self.id
 
 
+# Settings whose values may hold credentials: never echoed in a check or an error.
+SECRET_SETTINGS = frozenset({"SESSION_OPTIONS", "ENDPOINT_URL", "CLIENT_CONFIG"})
+
+
 def _where(alias: str, name: str | None = None) -> str:
     return f"DYNLOCK[{alias!r}][{name!r}]" if name else f"DYNLOCK[{alias!r}]"
 
@@ -124,7 +128,10 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         ok = (value is None and nullable) or (isinstance(value, types) and not isinstance(value, bool))
         typed_ok[name] = ok
         if not ok:
-            found.append(Problem("dynlock.E005", f"{_where(alias, name)} must be {said}, got {value!r}.",
+            # Only the type of a setting that may hold secrets (keys, a proxy's password):
+            # checks are printed by every manage.py command.
+            got = type(value).__name__ if name in SECRET_SETTINGS else repr(value)
+            found.append(Problem("dynlock.E005", f"{_where(alias, name)} must be {said}, got {got}.",
                                  f"Default: {DEFAULTS[name]!r}."))
     for name, (low, inclusive, high) in _RANGES.items():
         value = values[name]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from types import MappingProxyType
 
 import pytest
 from botocore.config import Config
@@ -72,6 +73,29 @@ def test_endpoint_with_credentials_is_not_echoed(settings):
     assert message.id == "dynlock.E011" and "s3cret" not in message.msg
 
 
+@pytest.mark.parametrize("name, value, secret, type_name", [
+    # issue 14: a mapping that is not a dict, holding keys; a bytes URL with a password
+    ("SESSION_OPTIONS", MappingProxyType({"aws_secret_access_key": "TOPSECRET"}), "TOPSECRET", "mappingproxy"),
+    ("ENDPOINT_URL", b"http://user:s3cret@127.0.0.1:8000", "s3cret", "bytes"),
+    ("CLIENT_CONFIG", [("proxies", {"https": "http://user:s3cret@proxy:3128"})], "s3cret", "list"),
+])
+def test_a_setting_of_the_wrong_type_that_may_hold_secrets_is_named_by_its_type_only(settings, name, value, secret,
+                                                                                     type_name):
+    settings.DYNLOCK = {"default": {**GOOD, name: value}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.E005" and message.msg.endswith(f"got {type_name}.")
+    assert secret not in message.msg + (message.hint or "")
+    with pytest.raises(ConfigurationError) as raised:
+        get_lock_client()
+    assert secret not in str(raised.value)
+
+
+def test_a_setting_of_the_wrong_type_with_no_secret_shows_its_value(settings):
+    settings.DYNLOCK = {"default": {**GOOD, "LEASE_DURATION": "30"}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.E005" and message.msg.endswith("got '30'.")
+
+
 def test_defaults_are_clean(settings):
     del settings.DYNLOCK
     assert problems() == ()
@@ -102,10 +126,14 @@ def test_bad_alias_refuses_to_build_a_client(settings):
 
 
 def test_secrets_never_in_repr(settings):
-    settings.DYNLOCK = {"default": {**GOOD, "SESSION_OPTIONS": {"aws_secret_access_key": "TOPSECRET", "aws_access_key_id": "AKIDX"}}}
+    settings.DYNLOCK = {"default": {**GOOD, "SESSION_OPTIONS": {"aws_secret_access_key": "TOPSECRET", "aws_access_key_id": "AKIDX"},
+                                    "ENDPOINT_URL": "http://user:s3cret@127.0.0.1:8000"}}
     client = get_lock_client()
     assert "TOPSECRET" not in repr(client) and "TOPSECRET" not in repr(client.options)
     assert "AKIDX" not in repr(client.options)
+    # issue 14: the endpoint of a proxy with a password, shown without it
+    assert "s3cret" not in repr(client.options) and "s3cret" not in repr(client)
+    assert "endpoint_url='http://127.0.0.1:8000'" in repr(client.options)
 
 
 def test_manage_py_check_fails_on_errors(settings):

@@ -532,3 +532,33 @@ def test_release_after_a_break_and_another_holder_raises_lost(mock_dynlock, monk
     finally:
         operator.close()
         other.close()
+
+
+def test_warnings_about_a_servers_limits_never_show_the_endpoints_password(dynalite_server, caplog):
+    # issue 14: an ENDPOINT_URL with user:password (a proxy's) was printed as it is by the
+    # warnings that a server lacks TTL, the item on a failed condition, or transactions.
+    # dynalite lacks all three.
+    from tests.reliability.harness import delete_table
+    from tests.servers import table_name
+    from tests.workers import client_for
+
+    endpoint = dynalite_server.endpoint_url.replace("http://", "http://user:s3cret@")
+    table = table_name()
+    holder, other = client_for(endpoint, table), client_for(endpoint, table)
+    try:
+        with caplog.at_level("WARNING", logger="django_dynlock"):
+            holder.create_table(wait=True)  # no TTL API
+            lease = holder.acquire("busy")
+            with pytest.raises(LockNotAcquired):  # no item on a failed condition: read back
+                other.acquire("busy", wait=0)
+            other.acquire_many(["a", "b"]).release()  # no transactions
+            lease.release()
+    finally:
+        holder.close()
+        other.close()
+        delete_table(dynalite_server.endpoint_url, table)
+    said = [r.getMessage() for r in caplog.records if r.name.startswith("django_dynlock")]
+    for limit in ("has no TTL API", "returns no item on a failed condition", "has no transactions"):
+        (line,) = [m for m in said if limit in m]
+        assert dynalite_server.endpoint_url in line and "s3cret" not in line, line
+    assert not [m for m in said if "s3cret" in m]

@@ -260,7 +260,7 @@ class LockClient:
                 "no-item",
                 "DynamoDB server at %s returns no item on a failed condition: "
                 "falling back to a consistent GetItem (one extra call per busy attempt)",
-                self.options.endpoint_url,
+                safe_endpoint(self.options.endpoint_url),
             )
         return self._get_item(stored_key)
 
@@ -988,7 +988,7 @@ class LockClient:
                         "no-transactions",
                         "DynamoDB server at %s has no transactions: acquire_many() falls back to "
                         "acquiring keys one by one in sorted order, with rollback",
-                        self.options.endpoint_url,
+                        safe_endpoint(self.options.endpoint_url),
                     )
                     return None
                 if code != "TransactionCanceledException":

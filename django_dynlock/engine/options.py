@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from botocore.config import Config
 
 from ..exceptions import InvalidArgument
 
+from .errors import safe_endpoint
 from .keys import validate_key
 
 # DynamoDB's own rule for table names.
@@ -125,6 +126,13 @@ class ClientOptions:
     client_config: Config = field(default_factory=lambda: merge_client_config(None), repr=False, compare=False)
     # Holds credentials: never shown in repr, logs or errors.
     session_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        # Not the dataclass' own: ENDPOINT_URL may carry a proxy's user:password.
+        shown = {f.name: getattr(self, f.name) for f in fields(self) if f.repr}
+        if self.endpoint_url:
+            shown["endpoint_url"] = safe_endpoint(self.endpoint_url)
+        return f"ClientOptions({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def __post_init__(self) -> None:
         if not TABLE_NAME_RE.match(self.table_name or ""):

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, InvalidArgument
-from .errors import error_code
+from .errors import error_code, safe_endpoint
 
 if TYPE_CHECKING:
     from .client import LockClient
@@ -142,7 +142,7 @@ def create_table(
     if status.ttl_status == TTL_UNSUPPORTED:
         logger.warning(
             "DynamoDB server at %s has no TTL API: idle lock items will not be deleted automatically",
-            options.endpoint_url,
+            safe_endpoint(options.endpoint_url),
         )
     elif status.ttl_attribute not in (None, options.ttl_attribute):
         logger.warning(
