@@ -26,7 +26,7 @@ from .clients import get_lock_client
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
-from .exceptions import DynLockError, InvalidArgument, LockLost, LockNotAcquired
+from .exceptions import DynLockError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
 
 logger = logging.getLogger("django_dynlock")
 
@@ -115,7 +115,14 @@ def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args:
     for key in keys:
         if callable(key):
             value = key(*args, **kwargs)
-            resolved.extend([value] if isinstance(value, str) else list(value))
+            if isinstance(value, str):
+                resolved.append(value)
+            elif isinstance(value, (list, tuple)):
+                resolved.extend(value)  # each is checked like any key (a str, not empty)
+            else:
+                name = getattr(key, "__qualname__", repr(key))
+                raise InvalidKey(f"the lock key function {name} returned {type(value).__name__}; "
+                                 "it must return a key (str) or a list of keys")
             continue
         if namespace is None:
             namespace = _namespace(signature, args, kwargs)

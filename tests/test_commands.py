@@ -26,7 +26,7 @@ from typing import Any, Iterator
 import pytest
 from django.core.management import BaseCommand, CommandError, call_command, get_commands
 
-from django_dynlock import LockClient, get_lock_client, signals
+from django_dynlock import LockClient, LockLost, get_lock_client, signals
 from django_dynlock.engine.items import LeaseInfo
 from django_dynlock.management.commands import breaklock, showlocks
 from tests.conftest import alias_settings, need_dynalite, table_name
@@ -352,6 +352,30 @@ def test_showlocks_json_and_csv(dynlock, other):
     assert json.loads(row["holder"]) == {"function": "reports.build"}
     assert row["released_at"] == ""
     lease.release()
+
+
+FORMULAS = ["=1+1", '=HYPERLINK("http://evil.example/","open")', "+1", "-1", "@SUM(A1)", "\tx", "\rx"]
+
+
+@MOTO
+def test_showlocks_csv_cells_that_a_spreadsheet_would_run_are_text(dynlock, other):
+    # issue 14: keys and reasons are written raw; `=1+1` or `=HYPERLINK(...)` became a formula.
+    leases = [other.acquire(key, holder={"note": "=2+2"}) for key in FORMULAS]
+    assert dynlock.break_lease("-1", reason="@cmd|' /C calc'!A0")
+    rows = list(csv.DictReader(io.StringIO(run("showlocks", "--format", "csv", "--all").out)))
+    by_key = {row["key"]: row for row in rows}
+    assert sorted(by_key) == sorted("'" + key for key in FORMULAS)
+    assert by_key["'-1"]["break_reason"] == "'@cmd|' /C calc'!A0"
+    for row in rows:
+        assert json.loads(row["holder"]) == {"note": "=2+2"}  # a JSON object: starts with {
+        assert not [v for v in row.values() if v.startswith(showlocks.listing.FORMULA_STARTS)], row
+        assert int(row["token"]) > 0  # numbers stay numbers
+    for lease in leases:
+        if lease.key == "-1":
+            with pytest.raises(LockLost):
+                lease.release()
+        else:
+            lease.release()
 
 
 @MOTO

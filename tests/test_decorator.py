@@ -9,7 +9,7 @@ import time
 import pytest
 from django.test import AsyncClient
 
-from django_dynlock import InvalidArgument, LockLost, LockNotAcquired, dynamo_lock
+from django_dynlock import InvalidArgument, InvalidKey, LockLost, LockNotAcquired, dynamo_lock
 from django_dynlock.signals import lock_acquired, lock_busy, lock_lost, lock_released
 from testproject.booking.models import Booking, Event, SoldOut
 from testproject.booking.services import book
@@ -335,3 +335,28 @@ def test_a_generator_function_is_refused_at_decoration(dynlock):
         @dynamo_lock("stream")
         async def agen():
             yield 1
+
+
+@pytest.mark.parametrize("returned", [None, 42, {"a": 1}], ids=["None", "42", "dict"])
+def test_a_key_function_that_returns_no_key_is_refused_with_invalid_key(mock_dynlock, returned):
+    # issue 14: None or 42 from a callable key gave a TypeError from list()
+    @dynamo_lock(lambda job: returned)
+    def run(job):
+        raise AssertionError("the body must not run without its lock")
+
+    with pytest.raises(InvalidKey, match=f"returned {type(returned).__name__}; it must return a key"):
+        run(1)
+
+
+@pytest.mark.parametrize("key", ["report:\udc80", "\ud800"], ids=["lone-low-surrogate", "lone-high-surrogate"])
+def test_a_key_with_a_lone_surrogate_is_an_invalid_key(mock_dynlock, key):
+    # issue 14: e.g. a URL segment decoded with surrogateescape; it raised UnicodeEncodeError
+    with pytest.raises(InvalidKey, match="not valid Unicode"):
+        mock_dynlock.acquire(key)
+
+    @dynamo_lock("report:{name}")
+    def report(name):
+        raise AssertionError("the body must not run without its lock")
+
+    with pytest.raises(InvalidKey, match="not valid Unicode"):
+        report(key)

@@ -14,7 +14,11 @@ def validate_key(prefix: str, key: object) -> str:
     if not key:
         raise InvalidKey("a lock key must not be empty")
     stored = prefix + key
-    size = len(stored.encode("utf-8"))
+    try:
+        size = len(stored.encode("utf-8"))
+    except UnicodeEncodeError as exc:  # a lone surrogate (from a broken decode): no UTF-8 for DynamoDB
+        raise InvalidKey(f"lock key {key[:40]!r} is not valid Unicode: {exc.reason} at position "
+                         f"{exc.start - len(prefix)}") from None
     if size > MAX_KEY_BYTES:
         raise InvalidKey(
             f"lock key {key[:40]!r}... is {size} bytes with its prefix; DynamoDB allows "

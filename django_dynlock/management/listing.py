@@ -54,13 +54,31 @@ def write_json(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> Non
     out.write("]\n" if empty else "\n]\n")
 
 
+# A spreadsheet opening the CSV runs a cell that starts with one of these as a formula
+# (OWASP, "CSV Injection"); keys, holders and break reasons come from anyone who can
+# reach a locked view or run breaklock.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+
+
+def csv_cell(value: object) -> object:
+    """A text value that a spreadsheet would read as a formula gets a leading apostrophe,
+    which shows it as text; numbers are written as they are."""
+    if value is None:
+        return ""
+    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
+        return "'" + value
+    return value
+
+
 def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> None:
-    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\n")
+    # RFC 4180's CRLF: the writer then quotes a field holding a CR as well as one holding
+    # a LF (with "\n" alone, a key with a CR was written bare and broke the row).
+    writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\r\n")
     writer.writeheader()
     for info in infos:
         row = fmt.record(info, now)
         row["holder"] = json.dumps(row["holder"], sort_keys=True)
-        writer.writerow({k: "" if row[k] is None else row[k] for k in CSV_FIELDS})
+        writer.writerow({k: csv_cell(row[k]) for k in CSV_FIELDS})
 
 
 def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
