@@ -1035,3 +1035,60 @@ def test_subprocess_errors(server):
     assert alias.returncode == 2 and "unknown alias 'nope'" in alias.stderr
     for result in (unreachable, missing, usage, alias):
         no_traceback(result)
+
+
+# -- what an operator's terminal is shown (issue 14) -----------------------------------------
+# ESC [2J clears the screen, ESC ]0;...BEL retitles the window, U+202E shows what follows
+# reversed, a newline forges a line of the log.
+HOSTILE_KEY = "job:\x1b[2J\x1b[1;1Hall clear\u202e"
+HOSTILE_HOLDER = {"path": "/pay/\x1b]0;pwned\x07", "note": "x\ny"}
+RAW = ("\x1b", "\x07", "\u202e")
+
+
+def assert_no_raw_controls(text: str) -> None:
+    assert not [c for c in RAW if c in text], repr(text)
+
+
+@MOTO
+def test_showlocks_table_escapes_control_and_bidi_characters(dynlock, other):
+    lease = other.acquire(HOSTILE_KEY, holder=HOSTILE_HOLDER)
+    out = run("showlocks").out
+    assert_no_raw_controls(out)
+    assert "job:\\x1b[2J\\x1b[1;1Hall clear\\u202e" in out and "/pay/\\x1b]0;pwned\\x07" in out
+    assert "note=x\\ny" in out  # the newline written as \n: one lease, one line
+    lease.release()
+
+
+@MOTO
+def test_breaklock_escapes_what_it_shows_before_asking_and_what_it_logs(dynlock, other, monkeypatch, caplog):
+    other.acquire(HOSTILE_KEY, holder=HOSTILE_HOLDER)
+    shown: list[str] = []
+    monkeypatch.setattr(breaklock, "stdin_is_interactive", lambda: True)
+    monkeypatch.setattr("builtins.input", lambda prompt: shown.append(prompt) or "y")
+    caplog.set_level(logging.WARNING)
+    result = run("breaklock", HOSTILE_KEY, "--reason", "stuck\nINFO all is well")
+    assert_no_raw_controls(result.out + "".join(shown))
+    assert result.out.startswith("job:\\x1b[2J\\x1b[1;1Hall clear\\u202e: token ")
+    lines = [r.getMessage() for r in caplog.records if "broke lock" in r.getMessage() or "broken by" in r.getMessage()]
+    assert len(lines) == 2  # the command's audit line and the engine's
+    for line in lines:
+        assert "\n" not in line and "stuck\\nINFO all is well" in line
+        assert_no_raw_controls(line)
+    other.close()  # its lease was broken under it
+
+
+@MOTO
+def test_runlocked_busy_message_escapes_the_holder(dynlock, other, probe):
+    held = other.acquire("k", holder={"command": "dynlock_probe\x1b[2K", **HOSTILE_HOLDER})
+    result = run("runlocked", "k", "--", "dynlock_probe")
+    assert_no_raw_controls(result.out)
+    assert "dynlock_probe\\x1b[2K" in result.out and "\n" not in result.out.rstrip("\n")
+    held.release()
+
+
+def test_a_lost_lease_reports_the_break_reason_escaped(mock_dynlock):
+    lease = mock_dynlock.acquire("r")
+    assert LockClient(mock_dynlock.options).break_lease("r", reason="ops\n\x1b[31mFAKE")
+    with pytest.raises(LockLost) as lost:
+        lease.release()
+    assert "ops\\n\\x1b[31mFAKE" in str(lost.value) and "\x1b" not in str(lost.value)

@@ -41,6 +41,7 @@ from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
 from .options import ClientOptions, check_seconds
 from .table import TableStatus, create_table, describe_table
+from .text import printable
 
 logger = logging.getLogger("django_dynlock")
 
@@ -1144,10 +1145,11 @@ class LockClient:
         if info is None:
             return "taken", "the lock item is gone"
         if info.owner is None and info.was_broken:
-            return "broken", f"broken by {info.released_by[len(it.BREAK_PREFIX):]}: {info.break_reason or 'no reason given'}"
+            return "broken", printable(f"broken by {info.released_by[len(it.BREAK_PREFIX):]}: "
+                                       f"{info.break_reason or 'no reason given'}")
         if info.owner is None:
             return "released", "the lease was released"
-        return "taken", f"now held by {info.describe()} with token {info.token}"
+        return "taken", printable(f"now held by {info.describe()} with token {info.token}")
 
     def _extend(self, lease: Lease, lease_seconds: float | None) -> None:
         self._check_open()
@@ -1398,7 +1400,7 @@ class LockClient:
                     release=self._break_request(stored, "#owner = :broken", {":broken": {"S": broken}},
                                                 uuid.uuid4().hex, reason, by),
                 )
-        logger.warning("lock %r (token %s) broken by %s: %s", key, token, by, reason or "no reason given")
+        logger.warning("lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given"))
         self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
             if lease.stored_key == stored and (token is None or lease.token == token):

@@ -11,6 +11,7 @@ from typing import Any
 
 from ..engine.client import LockClient
 from ..engine.items import LeaseInfo
+from ..engine.text import printable
 
 # Holder metadata shown in the HOLDER column; everything else goes to METADATA.
 WHAT_KEYS = ("view", "function", "command")
@@ -115,10 +116,10 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
 
 
 def summary(info: LeaseInfo, now: dt.datetime) -> str:
-    """One line for breaklock and runlocked: token, holder, timing, metadata."""
+    """One line for breaklock and runlocked: token, holder, timing, metadata; safe to print."""
     parts = [f"token {info.token}", f"held by {holder_text(info)}", f"acquired {ago(info.acquired_at, now)}",
              expires(info, now) if state(info, now) == "expired" else f"expires {expires(info, now)}"]
     extra = metadata_text(info)
     if extra:
         parts.append(extra)
-    return ", ".join(parts)
+    return printable(", ".join(parts))

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, TextIO
 
 from ..engine.items import LeaseInfo
+from ..engine.text import printable
 from . import formatting as fmt
 
 WIDTH_SAMPLE = 100  # rows that decide the table's column widths
@@ -92,7 +93,7 @@ def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
         fmt.expires(info, now),
         fmt.metadata_text(info),
     ]
-    return cells
+    return [printable(cell) for cell in cells]
 
 
 def write_table(

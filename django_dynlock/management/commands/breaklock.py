@@ -12,6 +12,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...engine.client import LockClient
 from ...engine.items import LeaseInfo
+from ...engine.text import printable
 from .. import formatting as fmt
 from ..base import DynLockCommand, translated_errors, usage_error
 
@@ -81,7 +82,7 @@ class Command(DynLockCommand):
             self.not_broken(key, f"the lease has token {info.token}, not {token}: it changed hands "
                                  f"(now {fmt.summary(info, now)})")
             return False
-        self.stdout.write(f"{key}: {fmt.summary(info, now)}")
+        self.stdout.write(f"{printable(key)}: {fmt.summary(info, now)}")
         if interactive and not self.confirm(key):
             self.not_broken(key, "skipped: not confirmed")
             return False
@@ -91,7 +92,7 @@ class Command(DynLockCommand):
             self.not_broken(key, "gone: released or taken over since it was shown")
             return False
         self.audit(key, info, reason, by)
-        self.stdout.write(f"{key}: broken (token {info.token})", style_func=self.style.SUCCESS)
+        self.stdout.write(f"{printable(key)}: broken (token {info.token})", style_func=self.style.SUCCESS)
         return True
 
     def confirm(self, key: str) -> bool:
@@ -105,9 +106,9 @@ class Command(DynLockCommand):
         return answer.strip().lower() in ("y", "yes")
 
     def not_broken(self, key: str, why: str) -> None:
-        self.stdout.write(f"{key}: not broken: {why}", style_func=self.style.WARNING)
+        self.stdout.write(f"{printable(key)}: not broken: {printable(why)}", style_func=self.style.WARNING)
 
     def audit(self, key: str, info: LeaseInfo, reason: str, by: str) -> None:
         # The engine logs the break too; this line adds whose lease it was.
         logger.warning("breaklock: %s broke lock %r (token %s, held by %s): %s",
-                       by, key, info.token, fmt.holder_text(info), reason or "no reason given")
+                       printable(by), key, info.token, printable(fmt.holder_text(info)), printable(reason or "no reason given"))
