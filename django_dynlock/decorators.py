@@ -158,8 +158,9 @@ def _holder(func: Callable[..., Any] | None, request: HttpRequest | None, extra:
 def busy_response(error: LockNotAcquired, status: int = 423) -> HttpResponse:
     """The default answer of a view whose lock is busy: 423 Locked with Retry-After."""
     response = HttpResponse(f"Locked: {error.key} is busy; try again later.\n", status=status, content_type="text/plain")
-    if error.retry_after is not None:
-        response["Retry-After"] = str(max(1, math.ceil(error.retry_after)))
+    # Always sent: a client that gets none retries at once. Without a hint (the key is
+    # being acquired, or free but reserved for a waiter), the least: one second.
+    response["Retry-After"] = str(max(1, math.ceil(error.retry_after or 0)))
     return response
 
 

@@ -53,6 +53,34 @@ def test_busy_view_answers_423_with_retry_after(dynlock, client):
 
 
 @pytest.mark.django_db
+def test_a_423_carries_retry_after_when_another_thread_of_this_process_holds_the_key(dynlock, client):
+    # issue 14: the in-process gate refused without a retry hint, and the 423 had no Retry-After
+    held, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with dynamo_lock("order:8", lease=8):
+            held.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert held.wait(10)
+        reply = client.get("/pay/8/")
+        assert reply.status_code == 423 and 1 <= int(reply["Retry-After"]) <= 8
+    finally:
+        release.set()
+        holder.join(10)
+
+
+def test_a_busy_response_always_carries_retry_after():
+    from django_dynlock.decorators import busy_response
+
+    assert busy_response(LockNotAcquired("k", holder=None, retry_after=None))["Retry-After"] == "1"
+    assert busy_response(LockNotAcquired("k", holder=None, retry_after=2.2))["Retry-After"] == "3"
+
+
+@pytest.mark.django_db
 def test_class_based_views_on_a_method_and_on_dispatch(dynlock, client):
     assert client.post("/ship/5/").json()["key"] == "order:5"
     data = client.post("/cancel/6/").json()

@@ -337,7 +337,11 @@ class LockClient:
         started = time.monotonic()
         try:
             if not self._gates.enter(stored, wait):
-                raise LockNotAcquired(key, holder=self._local_holder(stored), retry_after=None, waited=time.monotonic() - started)
+                # Held (or being acquired) by another thread of this process: its lease
+                # is renewed like any holder's, so a lease is the same hint as a remote one's.
+                local = self._local_holder(stored)
+                raise LockNotAcquired(key, holder=local, retry_after=local.lease_seconds if local else None,
+                                      waited=time.monotonic() - started)
             try:
                 lease = self._acquire_remote(key, stored, started + wait, lease_seconds, holder, single=single)
             except BaseException:
