@@ -388,3 +388,15 @@ def test_a_key_with_a_lone_surrogate_is_an_invalid_key(mock_dynlock, key):
 
     with pytest.raises(InvalidKey, match="not valid Unicode"):
         report(key)
+
+
+@pytest.mark.django_db
+def test_a_view_with_a_long_url_records_its_path_cut_to_a_kilobyte(dynlock, client):
+    # issue 14: the holder is capped (4 KB, each value 1 KB): the path a view records is
+    # cut, so a long URL is locked like any other instead of being refused
+    order = "9" * 1500
+    reply = client.get(f"/pay/{order}/")
+    assert reply.status_code == 200
+    assert reply.json()["key"] == f"order:{order}"
+    [stored] = [info for info in dynlock.leases(include_released=True) if info.key == f"order:{order}"]
+    assert stored.holder["path"] == f"/pay/{order}/"[:1024]  # the released item keeps its holder

@@ -562,3 +562,24 @@ def test_warnings_about_a_servers_limits_never_show_the_endpoints_password(dynal
         (line,) = [m for m in said if limit in m]
         assert dynalite_server.endpoint_url in line and "s3cret" not in line, line
     assert not [m for m in said if "s3cret" in m]
+
+
+def test_holder_metadata_that_could_fill_the_item_is_refused_before_any_request(mock_dynlock):
+    # issue 14: a holder near DynamoDB's 400 KB item limit was acquired, and then neither
+    # its release nor a break (which add attributes) could be written.
+    huge = {f"field{i}": "x" * 1000 for i in range(390)}
+    with count_calls(mock_dynlock) as calls:
+        for attempt in (lambda: mock_dynlock.acquire("big", holder=huge),
+                        lambda: mock_dynlock.try_acquire("big", holder=huge),
+                        lambda: mock_dynlock.acquire_many(["big", "bigger"], holder=huge)):
+            with pytest.raises(InvalidArgument, match=r"holder metadata is \d+ bytes .* at most 4096"):
+                attempt()
+    assert sum(calls.values()) == 0 and mock_dynlock.get("big") is None
+
+    # Under the cap, a value over 1 KB is cut (at a character), and the lease can be broken and released.
+    lease = mock_dynlock.acquire("big", holder={"a": "é" * 700, "b": "y" * 1000, "c": "z" * 1000})
+    stored = mock_dynlock.get("big").holder
+    assert len(stored["a"].encode()) == 1024 and stored["a"] == "é" * 512
+    assert mock_dynlock.break_lease("big", reason="too big?")
+    with pytest.raises(LockLost):
+        lease.release()

@@ -309,6 +309,7 @@ class LockClient:
         """Acquire ``key``, waiting up to ``wait`` seconds; raise LockNotAcquired if busy."""
         self._check_open()
         stored = self.options.prefixed(key)
+        it.holder_map(holder)  # refused before any request if too large
         return self._acquire(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False)
 
     def try_acquire(
@@ -326,6 +327,7 @@ class LockClient:
             raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
         self._check_open()
         stored = self.options.prefixed(key)
+        it.holder_map(holder)  # refused before any request if too large
         try:
             return self._acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
         except LockNotAcquired:
@@ -879,6 +881,7 @@ class LockClient:
         if isinstance(keys, str):
             raise InvalidArgument("acquire_many() takes a list of keys, not one string; use acquire(key)")
         by_stored = {self.options.prefixed(key): key for key in keys}
+        it.holder_map(holder)  # refused before any request if too large
         if not by_stored:
             raise InvalidArgument("acquire_many() needs at least one key")
         if len(by_stored) > MAX_KEYS_PER_TRANSACTION:

@@ -12,6 +12,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
+from ..exceptions import InvalidArgument
+
 OWNER = "owner"
 RVN = "rvn"
 # Orders one acquisition's writes: each carries a higher number than the one before and
@@ -73,9 +75,29 @@ def num(value: float | int) -> dict[str, str]:
     return {"N": str(value)}
 
 
+# Holder metadata is for people (who holds this, and why). Each value is cut to
+# HOLDER_VALUE_BYTES, and the whole map may not exceed HOLDER_BYTES: the release and
+# break writes add attributes to the item, and an item that DynamoDB's 400 KB limit
+# leaves no room for could be acquired but never released or broken.
+HOLDER_VALUE_BYTES = 1024
+HOLDER_BYTES = 4096
+
+
+def _cut(value: object) -> str:
+    """``value`` as text of at most HOLDER_VALUE_BYTES in UTF-8, cut at a character."""
+    return str(value).encode("utf-8", "replace")[:HOLDER_VALUE_BYTES].decode("utf-8", "ignore")
+
+
 def holder_map(holder: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Holder metadata as a DynamoDB map of strings (None values are dropped)."""
-    return {"M": {str(k): {"S": str(v)[:1024]} for k, v in (holder or {}).items() if v is not None}}
+    """Holder metadata as a DynamoDB map of strings (None values are dropped); raises
+    InvalidArgument when it is over HOLDER_BYTES, before any request."""
+    shown = {str(k): _cut(v) for k, v in (holder or {}).items() if v is not None}
+    size = sum(len(k.encode("utf-8", "replace")) + len(v.encode("utf-8")) for k, v in shown.items())
+    if size > HOLDER_BYTES:
+        raise InvalidArgument(f"holder metadata is {size} bytes (names and values, each value cut to "
+                              f"{HOLDER_VALUE_BYTES}); at most {HOLDER_BYTES} are stored with a lease: "
+                              "keep it to who holds the lock and why")
+    return {"M": {k: {"S": v} for k, v in shown.items()}}
 
 
 def number(item: Mapping[str, Any], name: str) -> float | None:
