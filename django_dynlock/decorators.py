@@ -13,6 +13,7 @@ import functools
 import inspect
 import logging
 import math
+import re
 import string
 import threading
 from dataclasses import dataclass
@@ -62,7 +63,12 @@ def _who() -> object:
 
 
 def _placeholders(template: str) -> list[str]:
-    """The root names a template refers to: "{self.pk}:{kind}" -> ["self", "kind"]."""
+    """The root names a template refers to: "{self.pk}:{kind}" -> ["self", "kind"].
+
+    A field may name a parameter and its public attributes, nothing else: indexing
+    (``{data[0]}``) reads into arbitrary objects, and a private or dunder attribute
+    (``{self.__class__}``, ``{user._state}``) is no part of a key.
+    """
     names = []
     for _, field, _, _ in _formatter.parse(template):
         if field is None:
@@ -70,8 +76,39 @@ def _placeholders(template: str) -> list[str]:
         root = field.split(".", 1)[0].split("[", 1)[0]
         if not root or root.isdigit():
             raise InvalidArgument(f"lock key template {template!r}: use named placeholders like {{order_id}}, not {{{field}}}")
+        if "[" in field:
+            raise InvalidArgument(f"lock key template {template!r}: {{{field}}} indexes into a value; name a parameter "
+                                  "or an attribute of one ({order.pk}), or pass a callable key")
+        if any(part.startswith("_") for part in field.split(".")[1:]):
+            raise InvalidArgument(f"lock key template {template!r}: {{{field}}} reaches a private attribute; use a "
+                                  "public one ({self.pk})")
         names.append(root)
     return names
+
+
+# The text Python gives an object with no __str__ of its own, a function or a method:
+# it names the object's address, so every call would lock a key of its own.
+_IDENTITY = re.compile(r" at 0x[0-9a-fA-F]+>")
+
+
+def _refuse_identity_text(template: str, namespace: Mapping[str, Any], text: str) -> None:
+    """Raise InvalidArgument when a field that is not a str filled ``text`` with an
+    object's address: such a key gives no mutual exclusion. A str value is never refused
+    (a URL may hold any text)."""
+    if not _IDENTITY.search(text):
+        return
+    for _, field, spec, conversion in _formatter.parse(template):
+        if field is None:
+            continue
+        value = _formatter.get_field(field, (), namespace)[0]
+        if isinstance(value, str):
+            continue
+        shown = format(_formatter.convert_field(value, conversion), spec or "")
+        if _IDENTITY.search(shown):
+            raise InvalidArgument(
+                f"lock key template {template!r}: {{{field}}} is a {type(value).__qualname__} written as {shown!r}, "
+                "which names the object's address, so no two calls would share the lock; use an attribute "
+                f"({{{field}.pk}}) or give {type(value).__qualname__} a __str__")
 
 
 def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspect.Signature | None:
@@ -127,9 +164,11 @@ def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args:
         if namespace is None:
             namespace = _namespace(signature, args, kwargs)
         try:
-            resolved.append(key.format_map(namespace))
+            text = key.format_map(namespace)
         except (KeyError, AttributeError, IndexError) as exc:
             raise InvalidArgument(f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}") from exc
+        _refuse_identity_text(key, namespace, text)
+        resolved.append(text)
     return resolved
 
 

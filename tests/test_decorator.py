@@ -400,3 +400,36 @@ def test_a_view_with_a_long_url_records_its_path_cut_to_a_kilobyte(dynlock, clie
     assert reply.json()["key"] == f"order:{order}"
     [stored] = [info for info in dynlock.leases(include_released=True) if info.key == f"order:{order}"]
     assert stored.holder["path"] == f"/pay/{order}/"[:1024]  # the released item keeps its holder
+
+
+class Job:
+    """No __str__ of its own: formats as <...Job object at 0x...>."""
+
+
+def test_a_template_field_that_formats_as_an_address_is_refused(mock_dynlock):
+    # issue 14: "job:{job}" locked "job:<Job object at 0x...>", a new key per call: no exclusion
+    ran = []
+
+    @dynamo_lock("job:{job}")
+    def run(job):
+        ran.append(job)
+
+    for value in (Job(), run, object()):  # (a builtin such as print has no address in its text)
+        with pytest.raises(InvalidArgument, match=r"\{job\} is a .* which names the object's address"):
+            run(value)
+    assert ran == []
+    run("<Job object at 0x1>")  # a str is the caller's text, never refused
+    run(42)
+    assert ran == ["<Job object at 0x1>", 42]
+
+
+@pytest.mark.parametrize("template, says", [
+    ("job:{job[0]}", "indexes into a value"),
+    ("job:{job[id]}", "indexes into a value"),
+    ("job:{job.__class__}", "private attribute"),
+    ("job:{job.__dict__}", "private attribute"),
+    ("job:{job._state.db}", "private attribute"),
+])
+def test_template_fields_that_index_or_reach_private_attributes_are_refused_at_decoration(template, says):
+    with pytest.raises(InvalidArgument, match=says):
+        dynamo_lock(template)
