@@ -1037,6 +1037,18 @@ def test_subprocess_errors(server):
         no_traceback(result)
 
 
+@MOTO
+def test_from_a_shell_a_broken_dynlock_setting_exits_2_in_every_command(dynlock):
+    # issue 14: Django's system checks fail first and exited 1, which for breaklock means
+    # "not every lock was broken"; a setting to fix is exit 2, as documented.
+    results = manage_all(*[(dynlock.server.endpoint_url, "x", *args) for args in (
+        ("breaklock", "k", "--noinput"), ("showlocks",), ("runlocked", "k", "--", "check"), ("createlocktable",))])
+    for result in results:
+        assert result.returncode == 2, (result.args, result.stderr)
+        assert "dynlock.E008" in result.stderr and "TABLE_NAME" in result.stderr
+        no_traceback(result)
+
+
 # -- what an operator's terminal is shown (issue 14) -----------------------------------------
 # ESC [2J clears the screen, ESC ]0;...BEL retitles the window, U+202E shows what follows
 # reversed, a newline forges a line of the log.

@@ -14,7 +14,7 @@ import math
 from typing import Any, Iterator, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
-from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
 
 from .. import conf
 from ..clients import get_lock_client
@@ -116,6 +116,16 @@ class DynLockCommand(BaseCommand):
 
         parser.error = error  # type: ignore[method-assign]
         return parser
+
+    def check(self, *args: Any, **kwargs: Any) -> None:
+        # Django runs the system checks before the command and exits 1 when they fail;
+        # for these commands a setting to fix is EXIT_USAGE, and 1 means something else
+        # (breaklock: not every lock was broken).
+        try:
+            super().check(*args, **kwargs)
+        except SystemCheckError as exc:
+            exc.returncode = EXIT_USAGE
+            raise
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
