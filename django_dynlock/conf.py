@@ -17,6 +17,8 @@ from urllib.parse import urlsplit
 
 import boto3
 from botocore.config import Config
+from botocore.exceptions import InvalidRegionError
+from botocore.utils import validate_region_name
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
@@ -186,6 +188,13 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         if typed_ok[name] and (not value or value in _ITEM_ATTRIBUTES):
             found.append(Problem("dynlock.E014", f"{_where(alias, name)} {value!r} is empty or clashes with an attribute the lock item uses.",
                                  f"Reserved: {', '.join(sorted(_ITEM_ATTRIBUTES))}."))
+    region = values["REGION_NAME"]
+    if typed_ok["REGION_NAME"] and region is not None:
+        try:
+            validate_region_name(region)  # botocore's own rule, the one the client applies
+        except InvalidRegionError:
+            found.append(Problem("dynlock.E015", f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
+                                 "Use one such as 'eu-west-1', or None for the AWS environment's region."))
     if typed_ok["KEY_ATTRIBUTE"] and typed_ok["TTL_ATTRIBUTE"] and values["KEY_ATTRIBUTE"] == values["TTL_ATTRIBUTE"]:
         found.append(Problem("dynlock.E014", f"{_where(alias)} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ.", None))
     if numbers_ok and config is not None:

@@ -96,6 +96,14 @@ def test_a_setting_of_the_wrong_type_with_no_secret_shows_its_value(settings):
     assert message.id == "dynlock.E005" and message.msg.endswith("got '30'.")
 
 
+@pytest.mark.parametrize("region", ["us east 1", "eu-west-1/", "-eu-west-1", "é"])
+def test_a_malformed_region_name_is_a_check_error(settings, region):
+    # issue 14: it surfaced only at the first request, as a retryable backend error
+    settings.DYNLOCK = {"default": {"REGION_NAME": region}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.E015" and repr(region) in message.msg
+
+
 def test_defaults_are_clean(settings):
     del settings.DYNLOCK
     assert problems() == ()

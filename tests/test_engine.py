@@ -583,3 +583,24 @@ def test_holder_metadata_that_could_fill_the_item_is_refused_before_any_request(
     assert mock_dynlock.break_lease("big", reason="too big?")
     with pytest.raises(LockLost):
         lease.release()
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"region_name": "us east 1", "session_options": {"aws_access_key_id": "a", "aws_secret_access_key": "b"}},
+     "REGION_NAME 'us east 1' is not an AWS region name"),
+    ({"region_name": "us-east-1", "session_options": {"profile_name": "no-such-profile"}},
+     "the AWS profile 'no-such-profile' is not in the AWS config"),
+])
+def test_a_bad_region_or_profile_is_a_configuration_error_at_once(options, says):
+    # issue 14: both were a retryable BackendError ("client error ... InvalidRegionError")
+    from django_dynlock import ConfigurationError
+
+    client = LockClient(ClientOptions(endpoint_url="http://127.0.0.1:9", **options))
+    try:
+        started = time.monotonic()
+        with pytest.raises(ConfigurationError, match=says):
+            client.acquire("k", wait=5)
+        assert time.monotonic() - started < 1.0
+    finally:
+        client.close()
+

@@ -15,10 +15,12 @@ from botocore.exceptions import (
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    InvalidRegionError,
     NoCredentialsError,
     NoRegionError,
     ParamValidationError,
     PartialCredentialsError,
+    ProfileNotFound,
     ReadTimeoutError,
 )
 
@@ -131,6 +133,13 @@ def translate(exc: BaseException, *, table: str, endpoint: str | None, action: s
         )
     if isinstance(exc, NoRegionError):
         return ConfigurationError("no AWS region: set REGION_NAME in the DYNLOCK alias or AWS_DEFAULT_REGION")
+    # Settings, not weather: no retry will fix them.
+    if isinstance(exc, InvalidRegionError):
+        return ConfigurationError(f"REGION_NAME {exc.kwargs.get('region_name')!r} is not an AWS region name: "
+                                  "use one such as 'eu-west-1'")
+    if isinstance(exc, ProfileNotFound):
+        return ConfigurationError(f"the AWS profile {exc.kwargs.get('profile')!r} is not in the AWS config or "
+                                  "credentials files: fix profile_name in SESSION_OPTIONS, or AWS_PROFILE")
     if isinstance(exc, ParamValidationError):
         return InvalidArgument(f"invalid request while trying to {action}: {exc}")
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
