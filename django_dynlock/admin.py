@@ -38,7 +38,6 @@ from django.utils.text import Truncator
 from . import conf
 from .clients import get_lock_client
 from .engine.client import LockClient
-from .engine.errors import safe_endpoint
 from .engine.items import LeaseInfo
 from .exceptions import ConfigurationError, CredentialsError, DynLockError, TableNotFound
 from .management import formatting as fmt
@@ -252,13 +251,14 @@ class LeaseAdmin(admin.ModelAdmin):
             **extra,
         }
         try:
-            options = conf.get_options(alias)
+            client: LockClient | None = get_lock_client(alias)
         except DynLockError:
-            options = None
-        if options is not None:
-            # What is safe to show: never SESSION_OPTIONS, never user:password of the endpoint.
-            context["where"] = {"table": options.table_name, "endpoint": safe_endpoint(options.endpoint_url),
-                                "key_prefix": options.key_prefix}
+            client = None
+        if client is not None:
+            # What is safe to show: never SESSION_OPTIONS, never user:password of the endpoint;
+            # the region too, which decides which table this is.
+            context["where"] = {"table": client.options.table_name, "endpoint": client.where(),
+                                "key_prefix": client.options.key_prefix}
         return context
 
     def _render(self, request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> TemplateResponse:

@@ -195,6 +195,12 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         except InvalidRegionError:
             found.append(Problem("dynlock.E015", f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
                                  "Use one such as 'eu-west-1', or None for the AWS environment's region."))
+    if region is None and values["ENDPOINT_URL"] is None:
+        found.append(Problem("dynlock.W003",
+                             f"{_where(alias, 'REGION_NAME')} is not set: against AWS each host takes the region from its "
+                             "own environment (AWS_REGION, AWS_DEFAULT_REGION, its profile). Two hosts that resolve "
+                             "different regions lock in different tables and never exclude each other.",
+                             "Set REGION_NAME, e.g. 'eu-west-1'."))
     if typed_ok["KEY_ATTRIBUTE"] and typed_ok["TTL_ATTRIBUTE"] and values["KEY_ATTRIBUTE"] == values["TTL_ATTRIBUTE"]:
         found.append(Problem("dynlock.E014", f"{_where(alias)} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ.", None))
     if numbers_ok and config is not None:

@@ -277,6 +277,7 @@ def test_the_list_shows_holder_token_times_and_state(table, viewer):
     info = table.get("invoice:42")
     assert f"{info.host}:{info.pid}" in text
     assert "ago" in text  # relative acquired time
+    assert f"at {table.options.endpoint_url}, region us-east-1." in text  # which table: issue 14
     assert localtime(info.acquired_at).strftime("%Y-%m-%d %H:%M") in text  # absolute acquired time
     assert re.search(r'<progress class="dynlock-left" max="100" value="(\d+)"', text)
     assert "dynlock-state-held" in text

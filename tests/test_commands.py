@@ -137,6 +137,7 @@ def is_dynalite(server) -> bool:
 def test_createlocktable_creates_the_table_with_ttl(fresh):
     result = run("createlocktable")
     assert f"Creating table {fresh.table!r}" in result.out
+    assert f"at {fresh.server.endpoint_url}, region us-east-1:" in result.out  # which table (issue 14)
     assert "PAY_PER_REQUEST" in result.out and "is ACTIVE after" in result.out
     table = fresh.boto.describe_table(TableName=fresh.table)["Table"]
     assert table["KeySchema"] == [{"AttributeName": "key", "KeyType": "HASH"}]

@@ -62,7 +62,7 @@ def test_each_check_id_fires_on_its_bad_setting(settings, setting, expected):
 
 
 def test_unknown_key_suggests_the_right_name(settings):
-    settings.DYNLOCK = {"default": {"LEASE_DURATIN": 10}}
+    settings.DYNLOCK = {"default": {**GOOD, "LEASE_DURATIN": 10}}
     (message,) = checks.run_checks(tags=["dynlock"])
     assert "LEASE_DURATIN" in message.msg and "LEASE_DURATION" in message.hint
 
@@ -96,6 +96,19 @@ def test_a_setting_of_the_wrong_type_with_no_secret_shows_its_value(settings):
     assert message.id == "dynlock.E005" and message.msg.endswith("got '30'.")
 
 
+@pytest.mark.parametrize("alias, warned", [
+    ({}, True),  # against AWS, the region of each host's environment: issue 14
+    ({"REGION_NAME": "eu-west-1"}, False),
+    ({"ENDPOINT_URL": "http://127.0.0.1:8001"}, False),  # a local server: one table whatever the region
+])
+def test_an_implicit_region_against_aws_is_a_warning(settings, alias, warned):
+    settings.DYNLOCK = {"default": alias}
+    found = checks.run_checks(tags=["dynlock"])
+    assert [m.id for m in found] == (["dynlock.W003"] if warned else [])
+    if warned:
+        assert "never exclude each other" in found[0].msg and "REGION_NAME" in found[0].hint
+
+
 @pytest.mark.parametrize("region", ["us east 1", "eu-west-1/", "-eu-west-1", "é"])
 def test_a_malformed_region_name_is_a_check_error(settings, region):
     # issue 14: it surfaced only at the first request, as a retryable backend error
@@ -104,15 +117,15 @@ def test_a_malformed_region_name_is_a_check_error(settings, region):
     assert message.id == "dynlock.E015" and repr(region) in message.msg
 
 
-def test_defaults_are_clean(settings):
+def test_defaults_warn_only_that_the_region_is_implicit(settings):
     del settings.DYNLOCK
-    assert problems() == ()
+    assert [p.id for p in problems()] == ["dynlock.W003"]
     options = get_options()
     assert options.table_name == DEFAULTS["TABLE_NAME"] and options.lease_duration == 30.0
 
 
 def test_good_settings_with_a_botocore_config_are_clean(settings):
-    settings.DYNLOCK = {"default": {**GOOD, "CLIENT_CONFIG": Config(read_timeout=1)}, "reports": {"TABLE_NAME": "reports"}}
+    settings.DYNLOCK = {"default": {**GOOD, "CLIENT_CONFIG": Config(read_timeout=1)}, "reports": {**GOOD, "TABLE_NAME": "reports"}}
     assert checks.run_checks(tags=["dynlock"]) == []
     assert get_options().client_config.read_timeout == 1
     assert get_options().client_config.connect_timeout == 1.0  # our default kept under the user's

@@ -319,8 +319,11 @@ def test_closed_client(mock_dynlock):
 
 def test_missing_table_says_run_createlocktable(moto_server):
     client = LockClient(ClientOptions(table_name="no-such-table", endpoint_url=moto_server.endpoint_url, region_name="us-east-1"))
-    with pytest.raises(TableNotFound, match="createlocktable"):
+    with pytest.raises(TableNotFound, match="createlocktable") as missing:
         client.acquire("k")
+    # issue 14: each region has its own tables; the message says which one was looked in
+    assert f"at {moto_server.endpoint_url}, region us-east-1:" in str(missing.value)
+    assert "if it exists in another region, set REGION_NAME" in str(missing.value)
 
 
 def test_unreachable_endpoint_fails_closed_within_wait():

@@ -34,7 +34,7 @@ from ..exceptions import (
 from . import items as it
 from .clock import DRIFT, ServerClock, reply_date
 from .connection import build_boto_client
-from .errors import error_code, may_have_applied, safe_endpoint, translate
+from .errors import describe_endpoint, error_code, may_have_applied, safe_endpoint, translate
 from .gates import Gates
 from .heartbeat import Heartbeater
 from .items import LeaseInfo
@@ -166,6 +166,15 @@ class LockClient:
                         raise self._translate(exc, "build the DynamoDB client") from exc
         return self._boto
 
+    def where(self) -> str:
+        """The endpoint and the region of the table, for messages (never user:password):
+        the region as boto3 resolved it, which may come from the host's environment."""
+        try:
+            region = self.boto.meta.region_name
+        except DynLockError:
+            region = self.options.region_name
+        return describe_endpoint(self.options.endpoint_url, region)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ClientClosed(f"{self!r} is closed: get a new one with get_lock_client()")
@@ -237,7 +246,9 @@ class LockClient:
         return reply
 
     def _translate(self, exc: BaseException, action: str) -> DynLockError:
-        error = translate(exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action)
+        region = self._boto.meta.region_name if self._boto is not None else self.options.region_name
+        error = translate(exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action,
+                          region=region)
         error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
         return error
 

@@ -83,6 +83,14 @@ def safe_endpoint(url: str | None) -> str:
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
+def describe_endpoint(endpoint: str | None, region: str | None) -> str:
+    """Where a table is, for messages: the endpoint (without user:password) and the
+    region. Each region has tables of its own: two hosts that resolve different regions
+    lock in different tables and never exclude each other."""
+    where = safe_endpoint(endpoint)
+    return f"{where}, region {region}" if region else where
+
+
 def may_have_applied(exc: BaseException) -> bool:
     """True when the request may have reached DynamoDB although we got no answer."""
     if isinstance(exc, (ConnectTimeoutError, EndpointConnectionError)) and not isinstance(exc, ReadTimeoutError):
@@ -96,9 +104,9 @@ def may_have_applied(exc: BaseException) -> bool:
     return isinstance(exc, BotoCoreError) and not isinstance(exc, (NoCredentialsError, ParamValidationError))
 
 
-def translate(exc: BaseException, *, table: str, endpoint: str | None, action: str) -> DynLockError:
+def translate(exc: BaseException, *, table: str, endpoint: str | None, action: str, region: str | None = None) -> DynLockError:
     """A typed error whose message says what to fix. Never includes credentials."""
-    where = safe_endpoint(endpoint)
+    where = describe_endpoint(endpoint, region)
     if isinstance(exc, DynLockError):
         return exc
     if isinstance(exc, ClientError):
@@ -107,7 +115,8 @@ def translate(exc: BaseException, *, table: str, endpoint: str | None, action: s
         if code == "ResourceNotFoundException":
             return TableNotFound(
                 f"the lock table {table!r} does not exist at {where}: create it with "
-                f"`python manage.py createlocktable` (or LockClient.create_table())",
+                f"`python manage.py createlocktable` (or LockClient.create_table()), or, if it exists in "
+                f"another region, set REGION_NAME to that one",
                 code=code,
             )
         if code in CREDENTIAL_CODES:

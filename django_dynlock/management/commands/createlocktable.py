@@ -102,7 +102,7 @@ class Command(DynLockCommand):
     def create(self, client: LockClient, billing: str, read: int | None, write: int | None, *,
                wait: bool, timeout: float, explicit_billing: bool) -> None:
         options = client.options
-        name, where = options.table_name, safe_endpoint(options.endpoint_url)
+        name, where = options.table_name, client.where()
         try:
             before: TableStatus | None = client.describe_table()
         except TableNotFound:
