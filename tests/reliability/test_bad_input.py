@@ -154,8 +154,8 @@ ROWS: list[Row] = [
      ClientClosed, r"is closed: get a new one with get_lock_client\(\)"),
     # -- table schemas -------------------------------------------------------------------
     ("table-missing", lambda c: c.client(table_name="no-such-table").acquire("k"),
-     TableNotFound, r"the lock table 'no-such-table' does not exist at http://127\.0\.0\.1:\d+: create it with "
-                    r"`python manage\.py createlocktable`"),
+     TableNotFound, r"the lock table 'no-such-table' does not exist at http://127\.0\.0\.1:\d+, region us-east-1: create "
+                    r"it with `python manage\.py createlocktable` .* or, if it exists in another region, set REGION_NAME"),
     ("table-missing-describe", lambda c: c.client(table_name="no-such-table").describe_table(),
      TableNotFound, r"the lock table 'no-such-table' does not exist"),
     ("table-wrong-partition-key", lambda c: c.client(table_name=c.table(
@@ -181,7 +181,7 @@ ROWS: list[Row] = [
     ("region-missing", lambda c: (c.no_aws_environment(), c.client(region_name=None).acquire("k")),
      ConfigurationError, r"no AWS region: set REGION_NAME in the DYNLOCK alias or AWS_DEFAULT_REGION"),
     ("endpoint-unreachable", lambda c: c.client(endpoint_url="http://admin:hunter2@127.0.0.1:9").acquire("k"),
-     BackendError, r"could not connect to DynamoDB at http://127\.0\.0\.1:9 while trying to acquire a lock: "
+     BackendError, r"could not connect to DynamoDB at http://127\.0\.0\.1:9, region us-east-1 while trying to acquire a lock: "
                    r"check ENDPOINT_URL and the network"),
 ]
 
