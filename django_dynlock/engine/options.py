@@ -14,7 +14,6 @@ from typing import Any
 from botocore.config import Config
 
 from ..exceptions import InvalidArgument
-
 from .errors import safe_endpoint
 from .keys import validate_key
 
