@@ -16,6 +16,7 @@ import math
 import re
 import string
 import threading
+import urllib.parse
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
@@ -62,6 +63,32 @@ def _who() -> object:
     return task if task is not None else threading.current_thread()
 
 
+def _is_template(key: str) -> bool:
+    """Whether ``key`` has a placeholder (``{order_id}``, also a bad one like ``{}``).
+
+    A key without one is used exactly as written, by the decorator and by a ``with``
+    block alike: ``"export:{"`` and ``"a{{b"`` are literal keys, and the same string
+    always names the same lock. Only in a template do ``{{``/``}}`` stand for braces.
+    """
+    try:
+        return any(field is not None for _, field, _, _ in _formatter.parse(key))
+    except ValueError:  # a lone or unbalanced brace: no placeholder
+        return False
+
+
+_NAMED = re.compile(r"\{[A-Za-z_]")
+
+
+def _is_broken_template(key: str) -> bool:
+    """A key that does not parse and has a brace before a name (``"order:{order_id"``):
+    a template with a typo, which a decorator refuses rather than lock as written."""
+    try:
+        list(_formatter.parse(key))
+    except ValueError:
+        return bool(_NAMED.search(key))
+    return False
+
+
 def _placeholders(template: str) -> list[str]:
     """The root names a template refers to: "{self.pk}:{kind}" -> ["self", "kind"].
 
@@ -91,24 +118,33 @@ def _placeholders(template: str) -> list[str]:
 _IDENTITY = re.compile(r" at 0x[0-9a-fA-F]+>")
 
 
-def _refuse_identity_text(template: str, namespace: Mapping[str, Any], text: str) -> None:
-    """Raise InvalidArgument when a field that is not a str filled ``text`` with an
-    object's address: such a key gives no mutual exclusion. A str value is never refused
-    (a URL may hold any text)."""
-    if not _IDENTITY.search(text):
-        return
-    for _, field, spec, conversion in _formatter.parse(template):
-        if field is None:
-            continue
-        value = _formatter.get_field(field, (), namespace)[0]
-        if isinstance(value, str):
-            continue
-        shown = format(_formatter.convert_field(value, conversion), spec or "")
-        if _IDENTITY.search(shown):
+class _KeyFormatter(string.Formatter):
+    """Fills one template from the call's arguments.
+
+    Refuses a value that is not a str and is written as an object's address: such a
+    key gives no mutual exclusion (a str value is never refused: a URL may hold any
+    text). With ``quote``, each filled value is percent-encoded (``42:refund`` ->
+    ``42%3Arefund``), so that no value can write the template's separators.
+    """
+
+    def __init__(self, template: str, quote: bool):
+        self.template, self.quote = template, quote
+        self.field, self.value = "", None
+
+    def get_field(self, field_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
+        found = super().get_field(field_name, args, kwargs)
+        self.field, self.value = field_name, found[0]
+        return found
+
+    def format_field(self, value: Any, format_spec: str) -> str:
+        text = super().format_field(value, format_spec)
+        if not isinstance(self.value, str) and _IDENTITY.search(text):
+            kind = type(self.value).__qualname__
             raise InvalidArgument(
-                f"lock key template {template!r}: {{{field}}} is a {type(value).__qualname__} written as {shown!r}, "
+                f"lock key template {self.template!r}: {{{self.field}}} is a {kind} written as {text!r}, "
                 "which names the object's address, so no two calls would share the lock; use an attribute "
-                f"({{{field}.pk}}) or give {type(value).__qualname__} a __str__")
+                f"({{{self.field}.pk}}) or give {kind} a __str__")
+        return urllib.parse.quote(text, safe="") if self.quote else text
 
 
 def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspect.Signature | None:
@@ -121,6 +157,12 @@ def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspe
     takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
     for key in keys:
         if not isinstance(key, str):
+            continue
+        if not _is_template(key):
+            if _is_broken_template(key):
+                raise InvalidArgument(
+                    f"lock key template {key!r} has a placeholder without its closing brace; write "
+                    f"{{name}}, or pass a callable key if the brace belongs to the key")
             continue
         for name in _placeholders(key):
             if name not in params and not takes_any:
@@ -146,7 +188,8 @@ def _namespace(signature: inspect.Signature | None, args: tuple, kwargs: dict) -
     return names
 
 
-def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args: tuple, kwargs: dict) -> list[str]:
+def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args: tuple, kwargs: dict,
+             quote: bool = False) -> list[str]:
     namespace: dict[str, Any] | None = None
     resolved: list[str] = []
     for key in keys:
@@ -161,14 +204,15 @@ def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args:
                 raise InvalidKey(f"the lock key function {name} returned {type(value).__name__}; "
                                  "it must return a key (str) or a list of keys")
             continue
+        if not _is_template(key):
+            resolved.append(key)
+            continue
         if namespace is None:
             namespace = _namespace(signature, args, kwargs)
         try:
-            text = key.format_map(namespace)
+            resolved.append(_KeyFormatter(key, quote).vformat(key, (), namespace))
         except (KeyError, AttributeError, IndexError) as exc:
             raise InvalidArgument(f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}") from exc
-        _refuse_identity_text(key, namespace, text)
-        resolved.append(text)
     return resolved
 
 
@@ -221,6 +265,7 @@ class dynamo_lock:
         on_lost: str = "raise",
         reentrant: bool = False,
         holder: Mapping[str, Any] | None = None,
+        quote: bool = False,
     ):
         for key in keys:
             if not (isinstance(key, str) or callable(key)):
@@ -228,7 +273,8 @@ class dynamo_lock:
             if isinstance(key, str):
                 if not key:
                     raise InvalidArgument("a lock key template must not be empty")
-                _placeholders(key)
+                if _is_template(key):
+                    _placeholders(key)
         if on_busy is not None and not (on_busy in (RAISE, SKIP) or callable(on_busy) or _is_status(on_busy)):
             raise InvalidArgument(f"on_busy must be 'raise', 'skip', an HTTP status code or a callable, got {on_busy!r}")
         if on_lost not in ON_LOST:
@@ -241,6 +287,7 @@ class dynamo_lock:
         self.on_lost = on_lost
         self.reentrant = reentrant
         self.holder = dict(holder or {})
+        self.quote = bool(quote)
 
     # -- what the current context holds -----------------------------------------
     @staticmethod
@@ -330,7 +377,7 @@ class dynamo_lock:
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                resolved = _resolve(keys, signature, args, kwargs)
+                resolved = _resolve(keys, signature, args, kwargs, self.quote)
                 if self._reentered(resolved) is not None:
                     return await func(*args, **kwargs)
                 request = _find_request(args)
@@ -354,7 +401,7 @@ class dynamo_lock:
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            resolved = _resolve(keys, signature, args, kwargs)
+            resolved = _resolve(keys, signature, args, kwargs, self.quote)
             if self._reentered(resolved) is not None:
                 return func(*args, **kwargs)
             request = _find_request(args)
@@ -381,9 +428,14 @@ class dynamo_lock:
             raise InvalidArgument("in a with block a busy lock raises LockNotAcquired: on_busy applies to decorated functions only")
         if not self.keys:
             raise InvalidArgument("dynamo_lock used as a context manager needs a key: with dynamo_lock(\"export\"): ...")
+        if self.quote:
+            raise InvalidArgument("quote=True applies to the key templates of decorated functions; in a with block "
+                                  "the key is used as written: quote the values yourself (urllib.parse.quote)")
         keys = []
         for key in self.keys:
-            if not isinstance(key, str) or _placeholders(key):
+            # A plain key is used as written ("export:{", "a{{b"); a placeholder here
+            # would never be filled, so it is a mistake, not a key.
+            if not isinstance(key, str) or _is_template(key):
                 raise InvalidArgument(
                     f"dynamo_lock used as a context manager takes plain keys, not templates or callables: "
                     f"got {key!r}; format it yourself, e.g. dynamo_lock(f\"order:{{order.pk}}\")"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import threading
 import time
 
@@ -177,6 +178,58 @@ def test_exceptions_propagate_unchanged_and_the_lease_is_released(dynlock):
     with pytest.raises(KeyError, match="mine"):
         explode()
     assert dynlock.get("boom") is None
+
+
+@pytest.mark.parametrize("key", ["export:{", "a{{b", "}x{"], ids=["lone-brace", "doubled-braces", "reversed"])
+def test_a_key_without_placeholders_is_the_same_literal_key_in_a_with_block_and_a_decorator(mock_dynlock, key):
+    # issue 14: with dynamo_lock("export:{") raised ValueError from str.format, and "a{{b"
+    # locked "a{{b" in a with block but "a{b" as a decorator: no exclusion between them
+    @dynamo_lock(key, wait=0)
+    def job():
+        return dynamo_lock.current().key
+
+    with dynamo_lock(key, wait=0) as lease:
+        assert lease.key == key
+        with pytest.raises(LockNotAcquired):
+            job()
+    assert job() == key
+
+
+def test_a_template_with_an_unclosed_placeholder_is_refused_at_decoration():
+    with pytest.raises(InvalidArgument, match="without its closing brace"):
+        @dynamo_lock("order:{order_id")
+        def pay(order_id):
+            pass
+
+
+def test_quote_keeps_a_value_from_writing_the_templates_separator(mock_dynlock):
+    # issue 14: "order:{order_id}" filled from /pay/42:refund/ locked "order:42:refund",
+    # the key of another flow; quote=True percent-encodes each value
+    @dynamo_lock("order:{order_id}:refund", wait=0)
+    def refund(order_id):
+        return dynamo_lock.current().key
+
+    @dynamo_lock("order:{order_id}", wait=0)
+    def pay(order_id):
+        return refund(42)  # the refund flow of order 42, while this call holds its lock
+
+    @dynamo_lock("order:{order_id}", wait=0, quote=True)
+    def pay_quoted(order_id):
+        assert dynamo_lock.current().key == "order:42%3Arefund"
+        return refund(42)
+
+    with pytest.raises(LockNotAcquired):  # without quote: the injected value holds refund's key
+        pay("42:refund")
+    assert pay_quoted("42:refund") == "order:42:refund"
+
+    @dynamo_lock("report:{name}:{day:%Y-%m}", quote=True)
+    def report(name, day):
+        return dynamo_lock.current().key
+
+    assert report("a b/%", dt.date(2026, 11, 23)) == "report:a%20b%2F%25:2026-11"
+    with pytest.raises(InvalidArgument, match="quote=True applies to the key templates"):
+        with dynamo_lock("export", quote=True):
+            pass
 
 
 def test_context_manager_and_several_keys(dynlock):
