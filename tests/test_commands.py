@@ -1105,3 +1105,9 @@ def test_a_lost_lease_reports_the_break_reason_escaped(mock_dynlock):
     with pytest.raises(LockLost) as lost:
         lease.release()
     assert "ops\\n\\x1b[31mFAKE" in str(lost.value) and "\x1b" not in str(lost.value)
+    # broken by a client of the holder's own process: told at once, escaped the same way
+    lease = mock_dynlock.acquire("r")
+    assert mock_dynlock.break_lease("r", reason="ops\x00\x1b[31mFAKE")
+    with pytest.raises(LockLost) as lost:
+        lease.release()
+    assert "ops\\x00\\x1b[31mFAKE" in str(lost.value) and "\x1b" not in str(lost.value)

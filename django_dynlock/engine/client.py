@@ -1425,7 +1425,7 @@ class LockClient:
                 # Our own process held it: tell the holder now, not at its next heartbeat.
                 # Its owner was ended above already; _lose need not do it again.
                 lease._disowned = lease._disowned or lease.owner == broken
-                self._lose(lease, "broken", f"broken by {by}: {reason or 'no reason given'}")
+                self._lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
         return True
 
     def _break_request(self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str) -> dict[str, Any]:
