@@ -108,6 +108,13 @@ def decode_cursor(cursor: str, key_attribute: str) -> dict[str, Any] | None:
     return {key_attribute: {"S": stored}}
 
 
+def _json_value(value: Any) -> str:
+    """A raw item's binary attribute (``B``, ``BS``) in the JSON shown: base64, as DynamoDB's JSON has it."""
+    if isinstance(value, (bytes, bytearray)):
+        return base64.b64encode(value).decode("ascii")
+    return repr(value)
+
+
 # -- rows ------------------------------------------------------------------------------
 @dataclass
 class Row:
@@ -355,7 +362,7 @@ class LeaseAdmin(admin.ModelAdmin):
         raw = ""
         if info is not None:
             row = self._rows([info], alias, now)[0]
-            raw = json.dumps(info.raw, indent=2, sort_keys=True, ensure_ascii=False)
+            raw = json.dumps(info.raw, indent=2, sort_keys=True, ensure_ascii=False, default=_json_value)
         context = self._context(request, "Lease", alias, key=key, row=row, raw=raw, error=error, now=now,
                                 break_url=self.break_url(key, alias))
         return self._render(request, "detail.html", context)

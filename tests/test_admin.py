@@ -725,3 +725,29 @@ def test_the_admin_log_links_a_break_in_another_alias_to_that_alias(two_aliases,
     page = content(operator.get(LogEntry.objects.get().get_admin_url()))
     assert "has no item" not in page
     assert "(alias <strong>jobs</strong>)" in page and "broken" in page
+
+
+def test_items_the_library_did_not_write_show_as_malformed_rows(table, operator, moto_server):
+    # issue 14: a foreign item, an expires_at of 1e20, a fractional fence or binary
+    # attributes gave a 500 on every page that read them
+    from tests.helpers import MALFORMED_ITEMS, put_malformed_items
+
+    keys = put_malformed_items(dummy_client(moto_server.endpoint_url), table.options.table_name)
+    table.acquire("good:1", lease=30)
+    for listing, shown in ((changelist_url(), [k for k in keys if k != "foreign:1"]), (changelist_url(all="1"), keys)):
+        page = operator.get(listing)  # the default list has held keys only: the foreign item has no owner
+        assert page.status_code == 200
+        assert keys_on(page) == sorted(shown + ["good:1"])
+        assert content(page).count('class="dynlock-state dynlock-state-malformed"') == len(shown)
+    for key in keys:
+        detail = operator.get(detail_url(key))
+        text = content(detail)
+        assert detail.status_code == 200 and "malformed" in text, key
+        confirm = operator.get(break_url(key))
+        assert confirm.status_code == 200 and 'name="token"' not in content(confirm), key
+    assert "not written by django-dynlock" in content(operator.get(detail_url("foreign:1")))
+    assert "expires_at 1E+20 is not a time" in content(operator.get(detail_url("bad:expires")))
+    assert "fence 1.5 is not a whole number" in content(operator.get(detail_url("bad:fence")))
+    assert "owner is binary (B), not a string" in content(operator.get(detail_url("bad:binary")))
+    selected = operator.post(changelist_url(), {"action": "break_leases", "_selected_action": keys})
+    assert selected.status_code == 200 and 'name="token"' not in content(selected)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
@@ -106,12 +107,77 @@ def number(item: Mapping[str, Any], name: str) -> float | None:
     return float(value) if value is not None else None
 
 
-def _s(item: Mapping[str, Any], name: str) -> str | None:
-    return item.get(name, {}).get("S")
+_TYPES = {"B": "binary", "BOOL": "a boolean", "NULL": "null", "L": "a list", "M": "a map", "SS": "a string set",
+          "NS": "a number set", "BS": "a binary set", "N": "a number", "S": "a string"}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+# The attributes every item of ours has from its first acquire.
+_OURS = (FENCE, RVN)
 
 
-def _ts(value: float | None) -> dt.datetime | None:
-    return dt.datetime.fromtimestamp(value, tz=dt.timezone.utc) if value is not None else None
+class _Reader:
+    """Reads one item's attributes, noting what is malformed instead of raising: items
+    written by another application, or edited by hand, are shown, not a traceback."""
+
+    def __init__(self, item: Mapping[str, Any]):
+        self.item = item
+        self.problems: list[str] = []
+
+    def _typed(self, name: str, wanted: str) -> Any:
+        value = self.item.get(name)
+        if value is None:
+            return None
+        if not isinstance(value, Mapping) or wanted not in value:
+            kind = next(iter(value), "?") if isinstance(value, Mapping) else "?"
+            self.problems.append(f"{name} is {_TYPES.get(kind, kind)} ({kind}), not {_TYPES[wanted]}")
+            return None
+        return value[wanted]
+
+    def string(self, name: str) -> str | None:
+        return self._typed(name, "S")
+
+    def decimal(self, name: str) -> Decimal | None:
+        text = self._typed(name, "N")
+        if text is None:
+            return None
+        try:
+            return Decimal(text)
+        except InvalidOperation:
+            self.problems.append(f"{name} {text} is not a number")
+            return None
+
+    def whole(self, name: str) -> int | None:
+        value = self.decimal(name)
+        if value is None:
+            return None
+        if value != value.to_integral_value():
+            self.problems.append(f"{name} {self.item[name]['N']} is not a whole number")
+            return None
+        return int(value)  # exact: a fence is above 2**53, where a float would round it
+
+    def seconds(self, name: str, scale: int = 1) -> float | None:
+        value = self.decimal(name)
+        return float(value) / scale if value is not None else None
+
+    def time(self, name: str) -> dt.datetime | None:
+        value = self.decimal(name)
+        if value is None:
+            return None
+        try:
+            return _EPOCH + dt.timedelta(seconds=float(value))
+        except OverflowError:
+            self.problems.append(f"{name} {self.item[name]['N']} is not a time")
+            return None
+
+    def holder(self) -> dict[str, str]:
+        fields = self._typed(HOLDER, "M") or {}
+        holder = {}
+        for name, value in fields.items():
+            if isinstance(value, Mapping) and "S" in value:
+                holder[str(name)] = value["S"]
+            else:
+                kind = next(iter(value), "?") if isinstance(value, Mapping) else "?"
+                self.problems.append(f"holder {name} is {_TYPES.get(kind, kind)} ({kind}), not a string")
+        return holder
 
 
 @dataclass(frozen=True)
@@ -140,6 +206,13 @@ class LeaseInfo:
     thread: str | None = None
     holder: dict[str, str] = field(default_factory=dict)
     raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    # What could not be read: an item another application wrote, or one edited by hand.
+    # Such an item is shown, never broken (its token, if any, cannot be trusted).
+    problems: tuple[str, ...] = ()
+
+    @property
+    def is_malformed(self) -> bool:
+        return bool(self.problems)
 
     @property
     def is_held(self) -> bool:
@@ -148,8 +221,8 @@ class LeaseInfo:
 
     @property
     def is_breakable(self) -> bool:
-        """Held, or free but reserved by a waiter: a break clears either."""
-        return self.owner is not None or self.reserved_by is not None
+        """Held, or free but reserved by a waiter: a break clears either. Not a malformed item."""
+        return (self.owner is not None or self.reserved_by is not None) and not self.problems
 
     @property
     def was_broken(self) -> bool:
@@ -173,29 +246,31 @@ class LeaseInfo:
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any], *, key_attribute: str, key_prefix: str) -> LeaseInfo:
+        """Never raises: what cannot be read is None, and is named in ``problems``."""
         from .keys import unprefix
 
-        stored = item[key_attribute]["S"]
-        fence = item.get(FENCE, {}).get("N")
-        pid = number(item, PID)
-        holder = {k: v.get("S", "") for k, v in item.get(HOLDER, {}).get("M", {}).items()}
-        lease_ms = number(item, LEASE_MS)
-        return cls(
+        read = _Reader(item)
+        stored = read.string(key_attribute) or ""
+        if not any(name in item for name in _OURS):
+            read.problems.insert(0, f"not written by django-dynlock (it has no {FENCE} or {RVN} attribute)")
+        info = cls(
             key=unprefix(key_prefix, stored),
             stored_key=stored,
-            token=int(fence) if fence is not None else None,  # exact: no float rounding
-            owner=_s(item, OWNER),
-            rvn=_s(item, RVN),
-            lease_seconds=lease_ms / 1000.0 if lease_ms is not None else None,
-            expires_at=_ts(number(item, EXPIRES_AT)),
-            acquired_at=_ts(number(item, ACQUIRED_AT)),
-            released_at=_ts(number(item, RELEASED_AT)),
-            released_by=_s(item, RELEASED_BY),
-            break_reason=_s(item, BREAK_REASON),
-            reserved_by=_s(item, RESERVED_BY),
-            host=_s(item, HOST),
-            pid=int(pid) if pid is not None else None,
-            thread=_s(item, THREAD),
-            holder=holder,
+            token=read.whole(FENCE),
+            owner=read.string(OWNER),
+            rvn=read.string(RVN),
+            lease_seconds=read.seconds(LEASE_MS, 1000),
+            expires_at=read.time(EXPIRES_AT),
+            acquired_at=read.time(ACQUIRED_AT),
+            released_at=read.time(RELEASED_AT),
+            released_by=read.string(RELEASED_BY),
+            break_reason=read.string(BREAK_REASON),
+            reserved_by=read.string(RESERVED_BY),
+            host=read.string(HOST),
+            pid=read.whole(PID),
+            thread=read.string(THREAD),
+            holder=read.holder(),
             raw=dict(item),
+            problems=tuple(read.problems),
         )
+        return info

@@ -47,14 +47,20 @@ def ago(when: dt.datetime | None, now: dt.datetime) -> str:
 
 def breakable(client: LockClient, key: str) -> LeaseInfo | None:
     """What a break of ``key`` would end (one read): its lease, or a waiter's reservation of
-    a free key; None when there is neither. For breaklock and the admin's break pages."""
+    a free key; None when there is neither. For breaklock and the admin's break pages.
+
+    A malformed item is returned too (``is_breakable`` False), so that they can say why
+    they will not break it."""
     info = client.get(key, include_released=True)
-    return info if info is not None and info.is_breakable else None
+    return info if info is not None and (info.is_breakable or info.is_malformed) else None
 
 
 def state(info: LeaseInfo, now: dt.datetime) -> str:
     """``held``, ``expired`` (an owner whose stored expiry passed), ``reserved`` (free, but the
-    next turn is a waiter's), ``released`` or ``broken``."""
+    next turn is a waiter's), ``released``, ``broken``, or ``malformed`` (an item another
+    application wrote, or one edited by hand: see ``info.problems``)."""
+    if info.problems:
+        return "malformed"
     if info.is_held:
         left = info.expires_in(now)
         return "expired" if left is not None and left < 0 else "held"
@@ -83,9 +89,16 @@ def holder_text(info: LeaseInfo) -> str:
     return f"{text} on {where}" if text else where
 
 
+def problems_text(info: LeaseInfo) -> str:
+    return "; ".join(info.problems)
+
+
 def metadata_text(info: LeaseInfo) -> str:
     shown = {next((k for k in WHAT_KEYS if info.holder.get(k)), None), USER_KEY}
-    return " ".join(f"{k}={v}" for k, v in sorted(info.holder.items()) if k not in shown)
+    text = " ".join(f"{k}={v}" for k, v in sorted(info.holder.items()) if k not in shown)
+    if info.problems:
+        text = f"malformed: {problems_text(info)}" + (f" {text}" if text else "")
+    return text
 
 
 def _iso(when: dt.datetime | None) -> str | None:
@@ -112,6 +125,7 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
         "released_by": info.released_by,
         "break_reason": info.break_reason,
         "reserved_by": info.reserved_by,
+        "problems": list(info.problems),
     }
 
 

@@ -23,7 +23,7 @@ MAX_WIDTH = 48  # no column gets wider than this from the sample alone
 
 CSV_FIELDS = (
     "key", "state", "token", "host", "pid", "thread", "holder", "owner", "acquired_at", "expires_at",
-    "expires_in", "lease_seconds", "released_at", "released_by", "break_reason", "reserved_by",
+    "expires_in", "lease_seconds", "released_at", "released_by", "break_reason", "reserved_by", "problems",
 )
 
 
@@ -79,6 +79,7 @@ def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> None
     for info in infos:
         row = fmt.record(info, now)
         row["holder"] = json.dumps(row["holder"], sort_keys=True)
+        row["problems"] = "; ".join(row["problems"])
         writer.writerow({k: csv_cell(row[k]) for k in CSV_FIELDS})
 
 

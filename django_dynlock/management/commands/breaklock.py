@@ -77,6 +77,11 @@ class Command(DynLockCommand):
         if info is None:
             self.not_broken(key, "not found: no live lease or reservation on this key")
             return False
+        if info.is_malformed:
+            self.not_broken(key, f"a malformed item ({fmt.problems_text(info)}): django-dynlock did not write it or it "
+                                 "was edited by hand; look at it (showlocks --format json) and delete it with the AWS "
+                                 "console or CLI if it is not a lock")
+            return False
         now = client.server_datetime()
         if token is not None and info.token != token:
             self.not_broken(key, f"the lease has token {info.token}, not {token}: it changed hands "
