@@ -5,6 +5,7 @@ from .decorators import dynamo_lock
 from .engine import ClientOptions, Lease, LeaseGroup, LeaseInfo, LeaseState, LockClient, TableStatus
 from .exceptions import (
     BackendError,
+    BreakUnconfirmed,
     ClientClosed,
     ConfigurationError,
     CredentialsError,
@@ -20,6 +21,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BackendError",
+    "BreakUnconfirmed",
     "ClientClosed",
     "ClientOptions",
     "ConfigurationError",

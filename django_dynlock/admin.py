@@ -40,7 +40,7 @@ from .clients import get_lock_client
 from .engine.client import LockClient
 from .engine.items import LeaseInfo
 from .engine.text import printable
-from .exceptions import ConfigurationError, CredentialsError, DynLockError, TableNotFound
+from .exceptions import BreakUnconfirmed, ConfigurationError, CredentialsError, DynLockError, TableNotFound
 from .management import formatting as fmt
 from .models import Lease
 
@@ -51,6 +51,10 @@ MAX_REASON = 500
 #: Most keys one bulk confirmation page reads (one GetItem each).
 MAX_SELECTED = 100
 TEMPLATES = "admin/django_dynlock/lease"
+#: Where a session keeps the breaks whose outcome is not known yet (BreakUnconfirmed),
+#: until a page read shows whether they landed; at most MAX_UNCONFIRMED of them.
+UNCONFIRMED = "dynlock_unconfirmed_breaks"
+MAX_UNCONFIRMED = 50
 
 
 class UnknownAlias(DynLockError):
@@ -291,6 +295,7 @@ class LeaseAdmin(admin.ModelAdmin):
         self._require_view(request)
         if request.method == "POST":
             return self._action(request)
+        self._confirm_breaks(request)
         query = request.GET.get("q", "")
         include_all = request.GET.get("all") == "1"
         cursor = request.GET.get("cursor", "")
@@ -347,6 +352,7 @@ class LeaseAdmin(admin.ModelAdmin):
     # -- the detail page ---------------------------------------------------------------
     def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         self._require_view(request)
+        self._confirm_breaks(request)
         key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         row: Row | None = None
@@ -370,10 +376,22 @@ class LeaseAdmin(admin.ModelAdmin):
     # -- breaking ----------------------------------------------------------------------
     def _break(self, request: HttpRequest, client: LockClient, alias: str, key: str, token: int, reason: str) -> bool:
         """Break ``key`` if it still has ``token``; on success log it (LogEntry). The client
-        sends ``lock_broken``."""
+        sends ``lock_broken``. Raises BreakUnconfirmed, remembered in the session, when
+        the outcome is not known yet."""
         by = f"admin:{request.user.get_username()}"
-        if not client.break_lease(key, token=token, reason=reason, by=by):
-            return False
+        try:
+            broken = client.break_lease(key, token=token, reason=reason, by=by)
+        except BreakUnconfirmed as exc:
+            pending = request.session.get(UNCONFIRMED, [])
+            pending.append({"alias": alias, "key": key, "token": token, "mark": exc.mark, "reason": reason, "by": by})
+            request.session[UNCONFIRMED] = pending[-MAX_UNCONFIRMED:]
+            raise
+        if broken:
+            self._audit(request, alias, key, token, f"Broke the lease on {key!r}", reason)
+        return broken
+
+    @staticmethod
+    def _audit(request: HttpRequest, alias: str, key: str, token: int, what: str, reason: str) -> None:
         where = f" (alias {alias})" if alias != conf.DEFAULT_ALIAS else ""
         # Nothing here may fail after the break: no NUL or other control character
         # (PostgreSQL refuses NUL in text), and the id links to this key in this alias.
@@ -383,9 +401,44 @@ class LeaseAdmin(admin.ModelAdmin):
             object_id=admin_ids.object_id(key, alias),
             object_repr=Truncator(printable(key)).chars(200),
             action_flag=CHANGE,
-            change_message=f"Broke the lease on {key!r}{where}, token {token}. Reason: {printable(reason)}",
+            change_message=f"{what}{where}, token {token}. Reason: {printable(reason)}",
         )
-        return True
+
+    @staticmethod
+    def _unconfirmed(key: str, token: int) -> str:
+        return (f"The lease on {key!r} (token {token}) may have been broken: DynamoDB's replies were lost. "
+                "Reload the page to see; the break goes to the admin log once it is confirmed.")
+
+    def _confirm_breaks(self, request: HttpRequest) -> None:
+        """Settle the breaks of this session whose outcome was not known: audit those that
+        landed, say which did not, keep those DynamoDB still cannot tell."""
+        pending = request.session.get(UNCONFIRMED) if hasattr(request, "session") else None
+        if not pending:
+            return
+        kept = []
+        for entry in pending:
+            alias, key, token, reason = entry["alias"], entry["key"], entry["token"], entry["reason"]
+            if alias not in conf.aliases():
+                continue
+            try:
+                landed = get_lock_client(alias).confirm_break(key, token=token, mark=entry["mark"], reason=reason,
+                                                               by=entry["by"])
+            except DynLockError:
+                kept.append(entry)
+                continue
+            if landed:
+                self._audit(request, alias, key, token, f"Broke the lease on {key!r}", reason)
+                messages.success(request, f"Confirmed: the lease on {key!r} (token {token}) was broken.")
+            elif landed is False:
+                messages.info(request, f"The lease on {key!r} (token {token}) was not broken: it is still held. "
+                                       "Break it again if you still want to.")
+            else:
+                self._audit(request, alias, key, token, f"May have broken the lease on {key!r} (its replies were lost, "
+                                                        "and the lease has ended since)", reason)
+                messages.warning(request, f"The lease on {key!r} (token {token}) has ended, but whether your break "
+                                          "ended it cannot be told: it changed hands since. Recorded in the admin log "
+                                          "as a possible break.")
+        request.session[UNCONFIRMED] = kept
 
     @staticmethod
     def _reason(request: HttpRequest) -> tuple[str, str | None]:
@@ -428,9 +481,13 @@ class LeaseAdmin(admin.ModelAdmin):
                 if reason_error:
                     form_errors.append(reason_error)
                 if not form_errors:
-                    if self._break(request, client, alias, key, posted_token, reason):
-                        messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
-                        return HttpResponseRedirect(self._url("changelist", alias=alias))
+                    try:
+                        if self._break(request, client, alias, key, posted_token, reason):
+                            messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
+                            return HttpResponseRedirect(self._url("changelist", alias=alias))
+                    except BreakUnconfirmed:
+                        messages.warning(request, self._unconfirmed(key, posted_token))
+                        return HttpResponseRedirect(self.detail_url(key, alias))
                     status = 409
                 info = fmt.breakable(client, key)
                 if status == 409:
@@ -519,8 +576,12 @@ class LeaseAdmin(admin.ModelAdmin):
         try:
             client = get_lock_client(alias)
             for key, token in pairs:
-                if self._break(request, client, alias, key, token, reason):
-                    broken.append(key)
+                try:
+                    if self._break(request, client, alias, key, token, reason):
+                        broken.append(key)
+                        continue
+                except BreakUnconfirmed:
+                    messages.warning(request, self._unconfirmed(key, token))
                 else:
                     # No extra read to say who has it now: the list shows that.
                     messages.warning(request, f"Not broken: the lease on {key!r} is no longer held with token {token} "

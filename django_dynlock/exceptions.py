@@ -54,6 +54,25 @@ class CredentialsError(BackendError):
     """boto3 found no credentials, or DynamoDB rejected them."""
 
 
+class BreakUnconfirmed(BackendError):
+    """A break may have been applied, but DynamoDB's replies were lost and reading the
+    key back failed too: whether the lease was broken is not known yet.
+
+    ``LockClient.confirm_break(key, token=..., mark=...)`` tells once DynamoDB answers
+    again (the admin does that on the next page it shows).
+    """
+
+    def __init__(self, key: str, token: int | None, mark: str):
+        super().__init__(f"the break of {key!r} (token {token}) may have been applied: DynamoDB's replies were "
+                         "lost and the key could not be read back; look at it again", retryable=True)
+        self.key = key
+        self.token = token
+        self.mark = mark
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.token, self.mark))
+
+
 class LockNotAcquired(DynLockError):
     """The lock is held by someone else and ``wait`` ran out.
 

@@ -751,3 +751,31 @@ def test_items_the_library_did_not_write_show_as_malformed_rows(table, operator,
     assert "owner is binary (B), not a string" in content(operator.get(detail_url("bad:binary")))
     selected = operator.post(changelist_url(), {"action": "break_leases", "_selected_action": keys})
     assert selected.status_code == 200 and 'name="token"' not in content(selected)
+
+
+def test_a_break_whose_replies_were_lost_is_audited_once_a_reload_confirms_it(table, operator, settings, moto_server):
+    # issue 14: the write landed but every reply was lost: the page said nothing was
+    # broken (503) and no admin log entry was written
+    from tests.faultproxy import FaultProxy
+
+    lease = table.acquire("job:lost", lease=30)
+    with FaultProxy(moto_server.endpoint_url, max_seconds=60) as proxy:
+        settings.DYNLOCK = {"default": alias_settings(proxy.endpoint_url, table.options.table_name)}
+        attempts = get_lock_client().options.call_attempts
+        is_break = lambda body: "#break_reason" in body.get("UpdateExpression", "")  # noqa: E731
+        proxy.add_fault("drop_reply", operation="UpdateItem", match=is_break, times=attempts)
+        proxy.add_fault("reset", operation="GetItem", times=attempts)
+        response = operator.post(break_url("job:lost"), {"token": str(lease.token), "reason": "stuck"})
+        assert response.status_code == 302 and response["Location"] == detail_url("job:lost")
+        assert table.get("job:lost") is None  # it did land
+        assert not LogEntry.objects.exists()
+        proxy.add_fault("reset", operation="GetItem", times=attempts)  # the first reload cannot tell yet
+        page = content(operator.get(response["Location"]))
+        assert "may have been broken: DynamoDB&#x27;s replies were lost. Reload the page to see" in page
+        assert not LogEntry.objects.exists()
+        page = content(operator.get(response["Location"]))  # the next one can
+        assert "Confirmed: the lease on &#x27;job:lost&#x27; (token %d) was broken." % lease.token in page
+        entry = LogEntry.objects.get()
+        assert entry.change_message == f"Broke the lease on 'job:lost', token {lease.token}. Reason: stuck"
+        operator.get(response["Location"])
+        assert LogEntry.objects.count() == 1  # audited once

@@ -1143,3 +1143,31 @@ def test_showlocks_and_breaklock_show_items_the_library_did_not_write(dynlock):
     assert re.search(r"bad:expires: not broken: a malformed item \(expires_at (1E\+20|1(0){20}) is not a time\)",
                      out.getvalue())
     assert "delete it with the AWS console or CLI if it is not a lock" in out.getvalue()
+
+
+@MOTO
+def test_breaklock_says_a_break_whose_replies_were_lost_may_have_happened(dynlock, settings, caplog):
+    # issue 14: it said the lock could not be broken (DynamoDB unreachable), though it was
+    from tests.faultproxy import FaultProxy
+
+    lease = other_client(dynlock).acquire("lost-replies")
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        settings.DYNLOCK = {"default": alias_settings(proxy.endpoint_url, dynlock.options.table_name)}
+        attempts = get_lock_client().options.call_attempts
+        breaking = threading.Event()  # the reads before the break go through, those after it fail
+
+        def is_break(body):
+            if "#break_reason" in body.get("UpdateExpression", ""):
+                breaking.set()
+            return breaking.is_set()
+
+        proxy.add_fault("drop_reply", operation="UpdateItem", times=attempts, match=is_break)
+        proxy.add_fault("reset", operation="GetItem", times=attempts, match=lambda body: breaking.is_set())
+        out = io.StringIO()
+        with caplog.at_level(logging.WARNING, logger="django_dynlock"):
+            with pytest.raises(CommandError, match="1 of 1 lock not broken") as failed:
+                call_command("breaklock", "lost-replies", "--noinput", "--reason", "stuck", stdout=out)
+    assert failed.value.returncode == 1
+    assert "lost-replies: not broken: may have been broken: DynamoDB's replies were lost" in out.getvalue()
+    assert "may have broken lock 'lost-replies'" in caplog.text
+    assert dynlock.get("lost-replies") is None  # it did land

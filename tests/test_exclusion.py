@@ -181,6 +181,59 @@ def test_a_break_whose_reply_was_lost_still_reports_broken(dynlock):
         assert proxy.errors == []
 
 
+def is_break(body):
+    return "#break_reason" in body.get("UpdateExpression", "")
+
+
+def test_a_break_whose_replies_were_all_lost_is_read_back(dynlock):
+    # issue 14: every attempt's reply lost, the write applied: it raised "could not reach
+    # DynamoDB", so the admin said nothing was broken and wrote no audit entry
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        operator = client_for(proxy.endpoint_url, dynlock.options.table_name)
+        broken = []
+        operator.add_listener(lambda event, lease=None, **info: broken.append(info) if event == "broken" else None)
+        try:
+            lease = dynlock.acquire("all-lost")
+            attempts = operator.options.call_attempts
+            dropped = proxy.add_fault("drop_reply", operation="UpdateItem", match=is_break, times=attempts)
+            assert operator.break_lease("all-lost", token=lease.token, reason="stuck") is True
+            assert dropped.fired == attempts and dynlock.get("all-lost") is None
+            assert [info["token"] for info in broken] == [lease.token]
+        finally:
+            operator.close()
+
+
+def test_a_break_that_cannot_be_read_back_is_unconfirmed_until_dynamodb_answers(dynlock):
+    from django_dynlock import BreakUnconfirmed
+
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        operator = client_for(proxy.endpoint_url, dynlock.options.table_name)
+        other = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
+        broken = []
+        operator.add_listener(lambda event, lease=None, **info: broken.append(info) if event == "broken" else None)
+        try:
+            lease = dynlock.acquire("unconfirmed")
+            attempts = operator.options.call_attempts
+            proxy.add_fault("drop_reply", operation="UpdateItem", match=is_break, times=attempts)
+            proxy.add_fault("reset", operation="GetItem", times=attempts)
+            with pytest.raises(BreakUnconfirmed) as unknown:
+                operator.break_lease("unconfirmed", token=lease.token, reason="stuck")
+            assert unknown.value.token == lease.token and broken == []
+            assert dynlock.get("unconfirmed") is None  # it did land
+            assert operator.confirm_break("unconfirmed", token=lease.token, mark=unknown.value.mark, reason="stuck") is True
+            assert [info["reason"] for info in broken] == ["stuck"]
+            # a break that did not land is told apart: the same lease still holds
+            second = other.acquire("unconfirmed")
+            assert operator.confirm_break("unconfirmed", token=second.token, mark=unknown.value.mark) is False
+            # and one that cannot be told any more: the key changed hands since
+            second.release()
+            other.acquire("unconfirmed").release()
+            assert operator.confirm_break("unconfirmed", token=second.token, mark=unknown.value.mark) is None
+        finally:
+            operator.close()
+            other.close()
+
+
 def test_a_release_that_cannot_reach_dynamodb_is_retried_until_it_lands(dynlock):
     """After an outage longer than the lease, the background retry still frees the key:
     a conditional release is safe to repeat at any time."""

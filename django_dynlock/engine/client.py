@@ -25,6 +25,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..exceptions import (
     BackendError,
+    BreakUnconfirmed,
     ClientClosed,
     DynLockError,
     InvalidArgument,
@@ -219,6 +220,7 @@ class LockClient:
         if table:
             params["TableName"] = self.options.table_name
         attempts = attempts or self.options.call_attempts
+        ambiguous = False  # any attempt may have been applied, not only the last one
         for attempt in range(attempts):
             try:
                 return self._send(operation, params)
@@ -228,7 +230,9 @@ class LockClient:
                 error = self._translate(exc, action)
             except BotoCoreError as exc:
                 error = self._translate(exc, action)
+            ambiguous = ambiguous or error.ambiguous  # type: ignore[attr-defined]
             if not getattr(error, "retryable", False) or attempt == attempts - 1:
+                error.ambiguous = ambiguous  # type: ignore[attr-defined]
                 raise error
             time.sleep(self._backoff(attempt))
         raise AssertionError("unreachable")
@@ -1407,6 +1411,19 @@ class LockClient:
             if not item or item.get(it.RVN, {}).get("S") != mark:
                 return False
             # else: a retry after our own break was applied but its reply was lost
+        except DynLockError as exc:
+            if not getattr(exc, "ambiguous", False):
+                raise  # never applied: nothing was broken
+            # Every reply was lost, and the write may have landed: read the key back
+            # rather than tell the operator that nothing was broken.
+            try:
+                landed = self._break_landed(stored, token, mark)
+            except DynLockError:
+                landed = None
+            if landed is None:
+                raise BreakUnconfirmed(key, token, mark) from exc
+            if not landed:
+                raise
         else:
             broken = reply.get("Attributes", {}).get(it.OWNER, {}).get("S")
             if broken is not None:
@@ -1418,6 +1435,37 @@ class LockClient:
                     release=self._break_request(stored, "#owner = :broken", {":broken": {"S": broken}},
                                                 uuid.uuid4().hex, reason, by),
                 )
+        self._broken(key, token, reason, by, broken)
+        return True
+
+    def confirm_break(self, key: str, *, token: int | None, mark: str, reason: str = "", by: str = "operator") -> bool | None:
+        """Whether the break that raised ``BreakUnconfirmed`` (its ``token`` and ``mark``)
+        was applied: True (then it is logged and ``broken`` is sent, as by a break that
+        got its reply), False, or None when that cannot be told any more (the lease
+        ended since, by this break or otherwise). Raises BackendError while DynamoDB
+        still cannot be read."""
+        self._check_open()
+        landed = self._break_landed(self.options.prefixed(key), token, mark)
+        if landed:
+            self._broken(key, token, reason, by, None)
+        return landed
+
+    def _break_landed(self, stored: str, token: int | None, mark: str) -> bool | None:
+        """Read the key back after a break whose replies were all lost."""
+        item = self._get_item(stored)
+        if item is not None and item.get(it.RVN, {}).get("S") == mark:
+            return True  # the break's own record version: nothing has written since
+        if item is None:
+            return False  # a break leaves the item (and its fence) in place
+        fence = item.get(it.FENCE, {}).get("N")
+        still_there = it.OWNER in item or it.RESERVED_BY in item
+        if token is not None and fence == str(token) and still_there:
+            return False  # the same lease still holds (or is reserved): not broken
+        return None  # ended since, by this break or otherwise
+
+    def _broken(self, key: str, token: int | None, reason: str, by: str, broken: str | None) -> None:
+        """After a break that was applied: log it, send ``broken``, tell our own holder."""
+        stored = self.options.prefixed(key)
         logger.warning("lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given"))
         self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
@@ -1426,7 +1474,6 @@ class LockClient:
                 # Its owner was ended above already; _lose need not do it again.
                 lease._disowned = lease._disowned or lease.owner == broken
                 self._lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
-        return True
 
     def _break_request(self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str) -> dict[str, Any]:
         """A break: the owner and any reservation go, the fence stays, and who broke it and why is recorded."""

@@ -13,6 +13,7 @@ from django.core.management.base import CommandError, CommandParser
 from ...engine.client import LockClient
 from ...engine.items import LeaseInfo
 from ...engine.text import printable
+from ...exceptions import BreakUnconfirmed
 from .. import formatting as fmt
 from ..base import DynLockCommand, translated_errors, usage_error
 
@@ -93,7 +94,17 @@ class Command(DynLockCommand):
             return False
         # Always conditioned on the token that was shown: a lease that changed hands
         # while the operator read it is not broken by mistake.
-        if not client.break_lease(key, token=info.token, reason=reason, by=by):
+        try:
+            broken = client.break_lease(key, token=info.token, reason=reason, by=by)
+        except BreakUnconfirmed:
+            # Counted as not broken (exit 1): nobody is told a break happened that may not have.
+            logger.warning("breaklock: %s may have broken lock %r (token %s, held by %s): its replies were lost: %s",
+                           printable(by), key, info.token, printable(fmt.holder_text(info)),
+                           printable(reason or "no reason given"))
+            self.not_broken(key, f"may have been broken: DynamoDB's replies were lost and the key could not be read "
+                                 f"back; run `showlocks --all --prefix {key}` to see")
+            return False
+        if not broken:
             self.not_broken(key, "gone: released or taken over since it was shown")
             return False
         self.audit(key, info, reason, by)
