@@ -31,7 +31,7 @@ from django_dynlock.engine.items import LeaseInfo
 from django_dynlock.management.commands import breaklock, showlocks
 from tests.conftest import alias_settings, need_dynalite, table_name
 from tests.helpers import count_calls
-from tests.servers import REPO_ROOT, dummy_client, server_env, start_dynalite
+from tests.servers import REPO_ROOT, dummy_client, server_env, start_dynalite, suite_region
 
 UNREACHABLE = "http://127.0.0.1:9"
 # Most behaviour does not depend on the server: run it on moto only. dynalite (no TTL,
@@ -320,9 +320,11 @@ def test_createlocktable_print_cloudformation_passes_cfn_lint(settings, billing)
 
 # -- showlocks ------------------------------------------------------------------------
 def test_showlocks_without_leases(dynlock):
-    assert run("showlocks").out == "No live leases.\n"
-    assert run("showlocks", "--prefix", "job:").out == "No live leases with prefix 'job:'.\n"
-    assert run("showlocks", "--all").out == "No leases.\n"
+    # issue 14: the table and the region are named (two regions, two tables)
+    table = f"in table {dynlock.options.table_name!r} at {dynlock.server.endpoint_url}, region {suite_region()}"
+    assert run("showlocks").out == f"No live leases {table}.\n"
+    assert run("showlocks", "--prefix", "job:").out == f"No live leases with prefix 'job:' {table}.\n"
+    assert run("showlocks", "--all").out == f"No leases {table}.\n"
     assert json.loads(run("showlocks", "--format", "json").out) == []
     assert run("showlocks", "--format", "csv").out.splitlines() == [",".join(showlocks.listing.CSV_FIELDS)]
 
@@ -330,8 +332,9 @@ def test_showlocks_without_leases(dynlock):
 def test_showlocks_table(dynlock, other):
     lease = other.acquire("invoice:42", holder={"view": "shop.views.pay", "user": "42", "job": "7"})
     out = run("showlocks").out
-    header, row = out.splitlines()
+    header, row, where = out.splitlines()
     assert header.split() == ["KEY", "TOKEN", "HOLDER", "ACQUIRED", "EXPIRES", "METADATA"]
+    assert where == f"1 live lease in table {dynlock.options.table_name!r} at {dynlock.where()}."
     assert row.startswith("invoice:42  ")
     assert str(lease.token) in row
     assert f"shop.views.pay (user 42) on {os.uname().nodename}:{os.getpid()}" in row
@@ -404,7 +407,9 @@ def test_showlocks_all_shows_released_broken_and_expired(dynlock, other):
     assert "(1 expired lease not shown" in live and "--all shows them" in live
 
     everything = run("showlocks", "--all").out
-    states = {line.split()[0]: line.split()[1] for line in everything.splitlines()[1:]}
+    *rows, where = everything.splitlines()[1:]
+    states = {line.split()[0]: line.split()[1] for line in rows}
+    assert where.startswith("4 leases in table ")
     assert states == {"released": "released", "broken": "broken", "expired": "expired", "held": "held"}
     assert re.search(r"  expired [0-9.]+s ago$", everything, re.MULTILINE)  # the EXPIRES column
 
@@ -427,7 +432,7 @@ def test_showlocks_streams_pages(dynlock):
         records = json.loads(run("showlocks", "--format", "json", "--page-size", "50").out)
     assert sorted(r["key"] for r in records) == [f"bulk:{i:03d}" for i in range(130)]
     assert calls["Scan"] == 3
-    assert len(run("showlocks", "--page-size", "50").out.splitlines()) == 131  # header + rows
+    assert len(run("showlocks", "--page-size", "50").out.splitlines()) == 132  # header, rows, which table
 
 
 class CountingSink(io.TextIOBase):
@@ -457,6 +462,7 @@ def synthetic(settings, monkeypatch) -> Iterator[Any]:
     """Replace the paginated Scan (tested above) by a generator of made-up leases."""
     settings.DYNLOCK = {"default": alias_settings(UNREACHABLE, "synthetic")}
     client = get_lock_client()
+    client.boto  # noqa: B018 (built here, as a real run builds it for its first Scan)
 
     def use(generator_factory: Any) -> None:
         monkeypatch.setattr(client, "leases", lambda *args, **kwargs: generator_factory())

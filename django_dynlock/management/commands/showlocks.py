@@ -93,13 +93,15 @@ class Command(DynLockCommand):
                 listing.write_table(infos, now, out, show_state=show_all,  # type: ignore[arg-type]
                                     header_style=self.style.SQL_FIELD)
         if options["format"] == "table" and options["verbosity"] >= 1:
-            self.summarise(counts, options)
+            self.summarise(client, counts, options)
 
-    def summarise(self, counts: listing.Counts, options: dict[str, Any]) -> None:
+    def summarise(self, client: LockClient, counts: listing.Counts, options: dict[str, Any]) -> None:
         prefix = f" with prefix {options['prefix']!r}" if options["prefix"] else ""
-        if counts.written == 0:
-            what = "leases" if options["show_all"] else "live leases"
-            self.stdout.write(f"No {what}{prefix}.")
+        what = "lease" if options["show_all"] else "live lease"
+        plural = "" if counts.written == 1 else "s"
+        # Which table, and where: each region has tables of its own (docs/security.md).
+        self.stdout.write(f"{counts.written or 'No'} {what}{plural}{prefix} in table {client.options.table_name!r} "
+                          f"at {client.where()}.")
         if counts.hidden_expired:
             self.stdout.write(
                 f"({counts.hidden_expired} expired lease{'s' if counts.hidden_expired != 1 else ''} not shown: "
