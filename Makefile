@@ -55,51 +55,36 @@ $(DYNALITE): package.json $(wildcard package-lock.json)
 	test -x $@
 	touch $@
 
-# DynamoDB Local is a Java program. Installed only when java is missing, and only as
-# root (CI); otherwise the tests that need it are skipped (they fail under CI=true).
-java:
-	@if command -v java >/dev/null; then :; \
+# Debian packages some tests need: $(call apt_install,CHECK,PACKAGE,FOR,WITHOUT IT).
+# Installed only when CHECK fails, and only as root (CI); otherwise the tests that need
+# the package are skipped (they fail under CI=true).
+define apt_install
+	@if $(1); then :; \
 	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian's openjdk-17-jre-headless for DynamoDB Local"; \
+		echo "installing Debian's $(2) for $(3)"; \
 		log=$$(mktemp); \
-		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openjdk-17-jre-headless; } >"$$log" 2>&1; then \
-			tail -n 20 "$$log"; echo "warning: could not install java: DynamoDB Local cannot run"; \
+		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(2); } >"$$log" 2>&1; then \
+			tail -n 20 "$$log"; echo "warning: could not install $(2): $(4)"; \
 		fi; \
 		rm -f "$$log"; \
 	else \
-		echo "note: java is missing (apt-get install openjdk-17-jre-headless as root): DynamoDB Local tests will be skipped"; \
+		echo "note: $(2) is missing (apt-get install $(2) as root): $(4)"; \
 	fi
+endef
+
+# DynamoDB Local is a Java program.
+java:
+	$(call apt_install,command -v java >/dev/null,openjdk-17-jre-headless,DynamoDB Local,DynamoDB Local tests are skipped)
 
 # The browser test (tests/test_admin_browser.py) drives Debian's chromium through
-# Playwright; Playwright's own browser downloads are not used. Installed only when
-# missing, and only as root (CI); otherwise the test is skipped (it fails under CI=true).
+# Playwright; Playwright's own browser downloads are not used.
 browser:
-	@if [ -x $(CHROMIUM) ]; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian's chromium for the browser test"; \
-		log=$$(mktemp); \
-		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium; } >"$$log" 2>&1; then \
-			tail -n 20 "$$log"; echo "warning: could not install chromium: the browser test cannot run"; \
-		fi; \
-		rm -f "$$log"; \
-	else \
-		echo "note: $(CHROMIUM) is missing (apt-get install chromium as root): the browser test will be skipped"; \
-	fi
+	$(call apt_install,[ -x $(CHROMIUM) ],chromium,the browser test,the browser test is skipped)
 
 # tests/test_postgresql.py starts a PostgreSQL server of its own in a temporary folder:
-# only the programs are needed. Installed only when missing, and only as root (CI).
+# only the programs are needed.
 postgresql:
-	@if ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then :; \
-	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
-		echo "installing Debian's postgresql for tests/test_postgresql.py"; \
-		log=$$(mktemp); \
-		if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql; } >"$$log" 2>&1; then \
-			tail -n 20 "$$log"; echo "warning: could not install postgresql: its test cannot run"; \
-		fi; \
-		rm -f "$$log"; \
-	else \
-		echo "note: PostgreSQL is missing (apt-get install postgresql as root): tests/test_postgresql.py will be skipped"; \
-	fi
+	$(call apt_install,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,postgresql,tests/test_postgresql.py,its test is skipped)
 
 test: venv node java browser postgresql
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)
