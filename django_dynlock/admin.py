@@ -460,6 +460,8 @@ class LeaseAdmin(admin.ModelAdmin):
     def break_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: the confirmation page. POST (token, reason): break if the token still matches."""
         self._require_break(request)
+        if request.method != "POST":
+            self._confirm_breaks(request)
         key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         status = 200

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
-from decimal import Decimal, InvalidOperation
 from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
 from typing import Any, Mapping
 
 from ..exceptions import InvalidArgument
@@ -253,7 +253,7 @@ class LeaseInfo:
         stored = read.string(key_attribute) or ""
         if not any(name in item for name in _OURS):
             read.problems.insert(0, f"not written by django-dynlock (it has no {FENCE} or {RVN} attribute)")
-        info = cls(
+        return cls(
             key=unprefix(key_prefix, stored),
             stored_key=stored,
             token=read.whole(FENCE),
@@ -273,4 +273,3 @@ class LeaseInfo:
             raw=dict(item),
             problems=tuple(read.problems),
         )
-        return info
