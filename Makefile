@@ -6,6 +6,7 @@
 #   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
 #   make postgresql  Debian's PostgreSQL for tests/test_postgresql.py (apt-get, as root)
 #   make test        full test suite, then the Django 4.2 LTS pass (test-dj42)
+#   make lint        ruff (format check and lint) over the repository, mypy over the package
 #   make test-dj42   Django 4.2 LTS pass over the Django-facing tests (-m "not slow"), on DynamoDB Local
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
 #   make clean       remove venvs, node_modules and .demo
@@ -32,7 +33,7 @@ DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_d
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
 	tests/test_commands.py tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py
 
-.PHONY: venv node java browser postgresql test test-dj42 test-endpoint run clean
+.PHONY: venv node java browser postgresql lint test test-dj42 test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -85,6 +86,12 @@ browser:
 # only the programs are needed.
 postgresql:
 	$(call apt_install,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,postgresql,tests/test_postgresql.py,its test is skipped)
+
+# Settings in pyproject.toml ([tool.ruff], [tool.mypy]). `ruff format .` fixes the format.
+lint: venv
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/mypy
 
 test: venv node java browser postgresql
 	$(VENV)/bin/python -m pytest $(PYTEST_ARGS)

@@ -1,5 +1,6 @@
 #!/usr/bin/env python
 """Django's command-line utility for the django-dynlock demo project."""
+
 import os
 import sys
 
@@ -9,9 +10,7 @@ def main():
     try:
         from django.core.management import execute_from_command_line
     except ImportError as exc:
-        raise ImportError(
-            "Couldn't import Django. Run `make venv` and use .venv/bin/python."
-        ) from exc
+        raise ImportError("Couldn't import Django. Run `make venv` and use .venv/bin/python.") from exc
     execute_from_command_line(sys.argv)
 
 

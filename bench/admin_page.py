@@ -39,7 +39,8 @@ def main(gets: int) -> dict:
 
     calls: list[str] = []
     get_lock_client().boto.meta.events.register(
-        "before-call.dynamodb", lambda model, **_: calls.append(model.name), unique_id="bench-admin-count")
+        "before-call.dynamodb", lambda model, **_: calls.append(model.name), unique_id="bench-admin-count"
+    )
 
     times: list[float] = []
     per_get: list[int] = []

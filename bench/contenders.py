@@ -65,7 +65,7 @@ class Spec:
     kind: str  # dynlock | floor | pdl | mutex
     settings: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def with_settings(self, **changes: Any) -> "Spec":
+    def with_settings(self, **changes: Any) -> Spec:
         return Spec(self.name, self.label, self.kind, {**self.settings, **changes})
 
     @property
@@ -94,16 +94,20 @@ class Spec:
             low = s.get("min_retry_delay", ClientOptions.min_retry_delay)
             high = s.get("max_retry_delay", ClientOptions.max_retry_delay)
             which = "defaults" if "min_retry_delay" not in s and "max_retry_delay" not in s else "overridden"
-            return (f"lease {self.lease:g} s, heartbeat {self.heartbeat:g} s, retry {low * 1000:g}→{high * 1000:g} ms "
-                    f"(MIN/MAX_RETRY_DELAY {which}, equal jitter)")
+            return (
+                f"lease {self.lease:g} s, heartbeat {self.heartbeat:g} s, retry {low * 1000:g}→{high * 1000:g} ms "
+                f"(MIN/MAX_RETRY_DELAY {which}, equal jitter)"
+            )
         if self.kind == "floor":
             return "two hand-written conditional UpdateItems; cannot wait"
         if self.kind == "pdl":
             merged = {**PDL_DEFAULTS, **s}
             if "heartbeat_period" in s and "retry_period" not in s:
                 merged["retry_period"] = s["heartbeat_period"]
-            return (f"lease_duration {merged['lease_duration']:g} s, heartbeat_period {merged['heartbeat_period']:g} s, "
-                    f"safe_period {merged['safe_period']:g} s, retry_period {merged['retry_period'] * 1000:g} ms")
+            return (
+                f"lease_duration {merged['lease_duration']:g} s, heartbeat_period {merged['heartbeat_period']:g} s, "
+                f"safe_period {merged['safe_period']:g} s, retry_period {merged['retry_period'] * 1000:g} ms"
+            )
         if self.kind == "mutex":
             low, high = ClientOptions.min_retry_delay * 1000, ClientOptions.max_retry_delay * 1000
             return f"timeoutms {s.get('timeoutms', int(LEASE * 1000))}, polled by the adapter with {low:g}→{high:g} ms backoff"
@@ -253,7 +257,9 @@ class DynlockLane:
 class DynlockContender(Contender):
     def __init__(self, spec: Spec, endpoint_url: str):
         super().__init__(spec, endpoint_url)
-        extra: dict[str, Any] = {k: spec.settings[k] for k in ("min_retry_delay", "max_retry_delay") if k in spec.settings}
+        extra: dict[str, Any] = {
+            k: spec.settings[k] for k in ("min_retry_delay", "max_retry_delay") if k in spec.settings
+        }
         if "client_config" in spec.settings:  # botocore settings over the library's own defaults
             extra["client_config"] = merge_client_config(spec.settings["client_config"])
         self.client = make_client(endpoint_url, lease_duration=spec.lease, heartbeat_period=spec.heartbeat, **extra)
@@ -320,7 +326,7 @@ def _session() -> Any:
 
 
 class PdlLane:
-    def __init__(self, contender: "PdlContender"):
+    def __init__(self, contender: PdlContender):
         from python_dynamodb_lock.python_dynamodb_lock import DynamoDBLockClient
 
         s = contender.settings
@@ -328,8 +334,9 @@ class PdlLane:
             session = _session()
             contender.counter.attach(session.events)
             config = s.get("client_config")  # botocore settings; its own defaults otherwise
-            resource = session.resource("dynamodb", endpoint_url=contender.endpoint_url,
-                                        config=Config(**config) if config else None)
+            resource = session.resource(
+                "dynamodb", endpoint_url=contender.endpoint_url, config=Config(**config) if config else None
+            )
         self.client = DynamoDBLockClient(
             resource,
             table_name=PDL_TABLE,
@@ -389,8 +396,10 @@ class PdlContender(Contender):
             return "created by DynamoDBLockClient.create_dynamodb_table"
         except ClientError as exc:
             # dynalite has no TTL API: the table exists by then, only TTL is missing.
-            if exc.response.get("Error", {}).get("Code") == "UnknownOperationException" and \
-                    boto.describe_table(TableName=PDL_TABLE)["Table"]["TableStatus"] == "ACTIVE":
+            if (
+                exc.response.get("Error", {}).get("Code") == "UnknownOperationException"
+                and boto.describe_table(TableName=PDL_TABLE)["Table"]["TableStatus"] == "ACTIVE"
+            ):
                 return f"created by create_dynamodb_table; its UpdateTimeToLive failed ({exc}), ignored"
             raise
         finally:
@@ -402,7 +411,7 @@ class PdlContender(Contender):
 
 
 class MutexLane:
-    def __init__(self, contender: "MutexContender"):
+    def __init__(self, contender: MutexContender):
         self.contender = contender
         self.holder = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.mutexes: dict[str, Any] = {}
@@ -475,7 +484,9 @@ class MutexContender(Contender):
                 MutexTable(region_name=REGION)
             finally:
                 boto3.DEFAULT_SESSION = previous
-        return "created by dyndbmutex itself (MutexTable); on dynalite its UpdateTimeToLive fails and it logs and goes on"
+        return (
+            "created by dyndbmutex itself (MutexTable); on dynalite its UpdateTimeToLive fails and it logs and goes on"
+        )
 
 
 def make_contender(spec: Spec, endpoint_url: str) -> Contender:
@@ -495,6 +506,17 @@ def new_fresh_mutex_calls(contender: MutexContender, key: str) -> dict[str, int]
 
 
 __all__ = [
-    "ALL", "DYNLOCK", "FLOOR", "MUTEX", "PDL_DEFAULT", "PDL_FASTEST", "PEERS", "WAITERS", "Spec",
-    "crash_spec", "make_contender", "EventCounter", "TABLE",
+    "ALL",
+    "DYNLOCK",
+    "FLOOR",
+    "MUTEX",
+    "PDL_DEFAULT",
+    "PDL_FASTEST",
+    "PEERS",
+    "WAITERS",
+    "Spec",
+    "crash_spec",
+    "make_contender",
+    "EventCounter",
+    "TABLE",
 ]

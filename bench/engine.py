@@ -45,9 +45,10 @@ import threading
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from django_dynlock.engine import ClientOptions, LockClient
 from django_dynlock.engine.items import EMPTY_RING, RING, release_slot, ring_index
@@ -248,8 +249,21 @@ class Floor:
         self.pid = str(os.getpid())
         self.acquire_names = {
             f"#{n}": n
-            for n in ("owner", "rvn", "seq", "fence", "lease_ms", "expires_at", "acquired_at", "host", "pid", "thread",
-                      "holder", "released_at", "reserved_by")
+            for n in (
+                "owner",
+                "rvn",
+                "seq",
+                "fence",
+                "lease_ms",
+                "expires_at",
+                "acquired_at",
+                "host",
+                "pid",
+                "thread",
+                "holder",
+                "released_at",
+                "reserved_by",
+            )
         }
         self.acquire_names["#gc"] = "gc_at"
         self.acquire_names["#ring"] = RING
@@ -266,25 +280,29 @@ class Floor:
         slot, tag = release_slot(owner)
         condition = condition or self.ACQUIRE_CONDITION
         update = update or self.ACQUIRE_EXPRESSION
-        names, values = _used_only(update + " " + condition, {**self.acquire_names, "#slot": slot}, {
-            ":tag": {"S": tag},
-            ":lapsed": {"N": repr(round(now - 2.0, 6))},
-            ":earliest": {"N": repr(round(now, 6))},
-            ":me": {"S": owner},
-            ":rvn": {"S": uuid.uuid4().hex},
-            ":seq": {"N": "1"},
-            ":lease_ms": {"N": self.lease_ms},
-            ":expires": {"N": repr(round(now + LEASE_DURATION, 6))},
-            ":now": {"N": repr(round(now, 6))},
-            ":host": {"S": self.host},
-            ":pid": {"N": self.pid},
-            ":thread": {"S": "bench"},
-            ":holder": {"M": {}},
-            ":gc": {"N": str(int(now) + 3600)},
-            ":base": {"N": str(int(now * 1_000_000))},
-            ":one": {"N": "1"},
-            ":ring0": EMPTY_RING,
-        })
+        names, values = _used_only(
+            update + " " + condition,
+            {**self.acquire_names, "#slot": slot},
+            {
+                ":tag": {"S": tag},
+                ":lapsed": {"N": repr(round(now - 2.0, 6))},
+                ":earliest": {"N": repr(round(now, 6))},
+                ":me": {"S": owner},
+                ":rvn": {"S": uuid.uuid4().hex},
+                ":seq": {"N": "1"},
+                ":lease_ms": {"N": self.lease_ms},
+                ":expires": {"N": repr(round(now + LEASE_DURATION, 6))},
+                ":now": {"N": repr(round(now, 6))},
+                ":host": {"S": self.host},
+                ":pid": {"N": self.pid},
+                ":thread": {"S": "bench"},
+                ":holder": {"M": {}},
+                ":gc": {"N": str(int(now) + 3600)},
+                ":base": {"N": str(int(now * 1_000_000))},
+                ":one": {"N": "1"},
+                ":ring0": EMPTY_RING,
+            },
+        )
         reply = self.boto.update_item(
             TableName=TABLE,
             Key={"key": {"S": key}},
@@ -320,7 +338,9 @@ class Floor:
         self.boto.close()
 
 
-def _used_only(expressions: str, names: dict[str, str], values: dict[str, Any]) -> tuple[dict[str, str], dict[str, Any]]:
+def _used_only(
+    expressions: str, names: dict[str, str], values: dict[str, Any]
+) -> tuple[dict[str, str], dict[str, Any]]:
     """The names and values that ``expressions`` use: DynamoDB refuses unused ones."""
     used = set(re.findall(r"[#:][A-Za-z0-9_]+", expressions))
     return {k: v for k, v in names.items() if k in used}, {k: v for k, v in values.items() if k in used}
@@ -350,7 +370,9 @@ def engine_requests_match(endpoint_url: str) -> list[str]:
         if re.sub(r"#ring\[\d+\]", "#ring[{ring}]", body.get("UpdateExpression", "")) != update:
             problems.append(f"{what} UpdateExpression: engine {body.get('UpdateExpression')!r}, floor {update!r}")
         if body.get("ConditionExpression") != condition:
-            problems.append(f"{what} ConditionExpression: engine {body.get('ConditionExpression')!r}, floor {condition!r}")
+            problems.append(
+                f"{what} ConditionExpression: engine {body.get('ConditionExpression')!r}, floor {condition!r}"
+            )
     return problems
 
 
@@ -652,8 +674,12 @@ def measure_handoff(endpoint_url: str, plan: Plan, ctx: Any) -> dict[str, Any]:
     waiter_conn, waiter_child = ctx.Pipe()
     max_messages = 4 * plan.handoff_samples + 10
     processes = [
-        ctx.Process(target=handoff_holder, args=(endpoint_url, plan.client_extra, holder_child, max_messages), daemon=True),
-        ctx.Process(target=handoff_waiter, args=(endpoint_url, plan.client_extra, waiter_child, max_messages), daemon=True),
+        ctx.Process(
+            target=handoff_holder, args=(endpoint_url, plan.client_extra, holder_child, max_messages), daemon=True
+        ),
+        ctx.Process(
+            target=handoff_waiter, args=(endpoint_url, plan.client_extra, waiter_child, max_messages), daemon=True
+        ),
     ]
     rng = random.Random(1234)
     samples: list[dict[str, Any]] = []
@@ -677,13 +703,15 @@ def measure_handoff(endpoint_url: str, plan: Plan, ctx: Any) -> dict[str, Any]:
             holder_conn.send(("release",))
             _, sent = _expect(holder_conn, "released")
             _, got, waited, calls, token = _expect(waiter_conn, "got")
-            samples.append({
-                "latency_ms": (got - sent) * 1000,
-                "held_ms": hold * 1000,
-                "waited_ms": waited * 1000,
-                "waiter_calls": calls,
-                "waiter_calls_total": sum(calls.values()),
-            })
+            samples.append(
+                {
+                    "latency_ms": (got - sent) * 1000,
+                    "held_ms": hold * 1000,
+                    "waited_ms": waited * 1000,
+                    "waiter_calls": calls,
+                    "waiter_calls_total": sum(calls.values()),
+                }
+            )
     finally:
         _stop_children(processes, [holder_conn, waiter_conn])
     latencies = [s["latency_ms"] for s in samples]
@@ -808,7 +836,9 @@ def measure_contended(endpoint_url: str, plan: Plan, rtt_ms: float, ctx: Any) ->
         "gap_same_process_p50_ms": percentile(same, 50),
         "gap_other_process_p50_ms": percentile(other, 50),
         "release_rtt_under_load_p50_ms": percentile(release_rtts, 50),
-        "limit_under_load_per_s": 1.0 / (plan.hold + 2 * percentile(release_rtts, 50) / 1000.0) if release_rtts else None,
+        "limit_under_load_per_s": 1.0 / (plan.hold + 2 * percentile(release_rtts, 50) / 1000.0)
+        if release_rtts
+        else None,
         "hold_measured_p50_ms": percentile([(s[3] - s[2]) * 1000 for s in sections], 50),
         "calls": dict(calls),
         "calls_per_section": sum(calls.values()) / len(sections) if sections else None,
@@ -864,8 +894,9 @@ def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable
     return result
 
 
-def run_phase(result: dict[str, Any], kind: str, name: str, fn: Callable[[], Any], deadline: float,
-              say: Callable[[str], None]) -> Any:
+def run_phase(
+    result: dict[str, Any], kind: str, name: str, fn: Callable[[], Any], deadline: float, say: Callable[[str], None]
+) -> Any:
     """Run one measurement unless over the time budget; a failure is noted, not raised."""
     if time.monotonic() >= deadline:
         result["skipped"].append(name)
@@ -936,11 +967,19 @@ def targets(server: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     rows.append(("calls per acquire+release = 2", _f(total, "{:g}"), None if total is None else total == TARGET_CALLS))
     for threads in ("1", "8"):
         r = _get(server, "uncontended", threads, "ratio")
-        rows.append((f"uncontended {threads} thread(s) ≥ 0.85 × floor", _f(r, "{:.2f} ×"), None if r is None else r >= TARGET_UNCONTENDED_RATIO))
+        rows.append(
+            (
+                f"uncontended {threads} thread(s) ≥ 0.85 × floor",
+                _f(r, "{:.2f} ×"),
+                None if r is None else r >= TARGET_UNCONTENDED_RATIO,
+            )
+        )
     p50 = _get(server, "handoff", "p50_ms")
     rows.append(("handoff p50 ≤ 30 ms", _f(p50, "{:.1f} ms"), None if p50 is None else p50 <= TARGET_HANDOFF_P50_MS))
     r = _get(server, "contended", "ratio")
-    rows.append(("contended within 15% of the limit", _f(r, "{:.2f} ×"), None if r is None else r >= TARGET_CONTENDED_RATIO))
+    rows.append(
+        ("contended within 15% of the limit", _f(r, "{:.2f} ×"), None if r is None else r >= TARGET_CONTENDED_RATIO)
+    )
     return rows
 
 
@@ -950,34 +989,102 @@ def markdown(results: dict[str, Any]) -> str:
     plan = results["plan"]
     head = "| figure | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names)
     rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("API calls per acquire+release (uncontended)", lambda s: _calls(_get(s, "calls", "acquire_release"), _get(s, "calls", "acquire_release_total"))),
-        ("API calls per failed try_acquire (held by another client)", lambda s: _calls(_get(s, "calls", "failed_try_acquire"), _get(s, "calls", "failed_try_acquire_total"))),
-        ("UpdateItem round trip, median / p95 (ms)", lambda s: f"{_f(_get(s, 'rtt', 'median_ms'), '{:.2f}')} / {_f(_get(s, 'rtt', 'p95_ms'), '{:.2f}')}"),
+        (
+            "API calls per acquire+release (uncontended)",
+            lambda s: _calls(_get(s, "calls", "acquire_release"), _get(s, "calls", "acquire_release_total")),
+        ),
+        (
+            "API calls per failed try_acquire (held by another client)",
+            lambda s: _calls(_get(s, "calls", "failed_try_acquire"), _get(s, "calls", "failed_try_acquire_total")),
+        ),
+        (
+            "UpdateItem round trip, median / p95 (ms)",
+            lambda s: f"{_f(_get(s, 'rtt', 'median_ms'), '{:.2f}')} / {_f(_get(s, 'rtt', 'p95_ms'), '{:.2f}')}",
+        ),
     ]
     for threads in ("1", "8"):
         rows += [
-            (f"cycles/s, {threads} thread(s): library (median of {plan['rounds']})", lambda s, t=threads: _f(_get(s, "uncontended", t, "library_median"), "{:.0f}")),
-            (f"cycles/s, {threads} thread(s): raw boto3 floor (median of {plan['rounds']})", lambda s, t=threads: _f(_get(s, "uncontended", t, "floor_median"), "{:.0f}")),
-            (f"library / floor, {threads} thread(s)", lambda s, t=threads: _f(_get(s, "uncontended", t, "ratio"), "{:.2f}")),
-            (f"client CPU per cycle, {threads} thread(s): library / floor (µs)", lambda s, t=threads: f"{_f(_get(s, 'uncontended', t, 'library_cpu_us_per_cycle'), '{:.0f}')} / {_f(_get(s, 'uncontended', t, 'floor_cpu_us_per_cycle'), '{:.0f}')}"),
+            (
+                f"cycles/s, {threads} thread(s): library (median of {plan['rounds']})",
+                lambda s, t=threads: _f(_get(s, "uncontended", t, "library_median"), "{:.0f}"),
+            ),
+            (
+                f"cycles/s, {threads} thread(s): raw boto3 floor (median of {plan['rounds']})",
+                lambda s, t=threads: _f(_get(s, "uncontended", t, "floor_median"), "{:.0f}"),
+            ),
+            (
+                f"library / floor, {threads} thread(s)",
+                lambda s, t=threads: _f(_get(s, "uncontended", t, "ratio"), "{:.2f}"),
+            ),
+            (
+                f"client CPU per cycle, {threads} thread(s): library / floor (µs)",
+                lambda s, t=threads: (
+                    f"{_f(_get(s, 'uncontended', t, 'library_cpu_us_per_cycle'), '{:.0f}')} / {_f(_get(s, 'uncontended', t, 'floor_cpu_us_per_cycle'), '{:.0f}')}"
+                ),
+            ),
         ]
     rows += [
-        ("handoff latency p50 / p95 (ms)", lambda s: f"{_f(_get(s, 'handoff', 'p50_ms'))} / {_f(_get(s, 'handoff', 'p95_ms'))}"),
-        ("handoff latency min / max (ms), samples", lambda s: f"{_f(_get(s, 'handoff', 'min_ms'))} / {_f(_get(s, 'handoff', 'max_ms'))}, n={_f(_get(s, 'handoff', 'n'), '{}')}"),
+        (
+            "handoff latency p50 / p95 (ms)",
+            lambda s: f"{_f(_get(s, 'handoff', 'p50_ms'))} / {_f(_get(s, 'handoff', 'p95_ms'))}",
+        ),
+        (
+            "handoff latency min / max (ms), samples",
+            lambda s: (
+                f"{_f(_get(s, 'handoff', 'min_ms'))} / {_f(_get(s, 'handoff', 'max_ms'))}, n={_f(_get(s, 'handoff', 'n'), '{}')}"
+            ),
+        ),
         ("waiter's API calls per handoff (median)", lambda s: _f(_get(s, "handoff", "waiter_calls_median"), "{:g}")),
-        (f"contended sections/s ({plan['procs']} procs, hold {plan['hold'] * 1000:g} ms, {plan['window']:g} s)", lambda s: _f(_get(s, "contended", "sections_per_s"))),
+        (
+            f"contended sections/s ({plan['procs']} procs, hold {plan['hold'] * 1000:g} ms, {plan['window']:g} s)",
+            lambda s: _f(_get(s, "contended", "sections_per_s")),
+        ),
         ("physical limit 1 / (hold + 2 × RTT), sections/s", lambda s: _f(_get(s, "contended", "limit_per_s"))),
         ("contended / limit", lambda s: _f(_get(s, "contended", "ratio"), "{:.2f}")),
-        ("contended: sections per process (min–max)", lambda s: "–" if not _get(s, "contended", "per_process") else f"{s['contended']['per_process'][0]}–{s['contended']['per_process'][-1]}"),
-        ("contended: acquire wait p50 / p95 (ms)", lambda s: f"{_f(_get(s, 'contended', 'acquire_wait_p50_ms'))} / {_f(_get(s, 'contended', 'acquire_wait_p95_ms'))}"),
+        (
+            "contended: sections per process (min–max)",
+            lambda s: (
+                "–"
+                if not _get(s, "contended", "per_process")
+                else f"{s['contended']['per_process'][0]}–{s['contended']['per_process'][-1]}"
+            ),
+        ),
+        (
+            "contended: acquire wait p50 / p95 (ms)",
+            lambda s: (
+                f"{_f(_get(s, 'contended', 'acquire_wait_p50_ms'))} / {_f(_get(s, 'contended', 'acquire_wait_p95_ms'))}"
+            ),
+        ),
         ("contended: release sent → next acquire returned, p50 (ms)", lambda s: _f(_get(s, "contended", "gap_p50_ms"))),
-        ("contended: … when the releaser re-acquired / a waiter got it, p50 (ms)", lambda s: f"{_f(_get(s, 'contended', 'gap_same_process_p50_ms'))} / {_f(_get(s, 'contended', 'gap_other_process_p50_ms'))}"),
-        ("contended: handoffs where the releaser re-acquired", lambda s: _f(_get(s, "contended", "reacquired_by_releaser"), "{:.0%}")),
-        ("contended: release round trip under load, p50 (ms)", lambda s: _f(_get(s, "contended", "release_rtt_under_load_p50_ms"), "{:.2f}")),
-        ("contended: measured hold (sleep), p50 (ms)", lambda s: _f(_get(s, "contended", "hold_measured_p50_ms"), "{:.2f}")),
-        ("contended: limit with the loaded round trip, 1 / (hold + 2 × loaded RTT)", lambda s: _f(_get(s, "contended", "limit_under_load_per_s"))),
+        (
+            "contended: … when the releaser re-acquired / a waiter got it, p50 (ms)",
+            lambda s: (
+                f"{_f(_get(s, 'contended', 'gap_same_process_p50_ms'))} / {_f(_get(s, 'contended', 'gap_other_process_p50_ms'))}"
+            ),
+        ),
+        (
+            "contended: handoffs where the releaser re-acquired",
+            lambda s: _f(_get(s, "contended", "reacquired_by_releaser"), "{:.0%}"),
+        ),
+        (
+            "contended: release round trip under load, p50 (ms)",
+            lambda s: _f(_get(s, "contended", "release_rtt_under_load_p50_ms"), "{:.2f}"),
+        ),
+        (
+            "contended: measured hold (sleep), p50 (ms)",
+            lambda s: _f(_get(s, "contended", "hold_measured_p50_ms"), "{:.2f}"),
+        ),
+        (
+            "contended: limit with the loaded round trip, 1 / (hold + 2 × loaded RTT)",
+            lambda s: _f(_get(s, "contended", "limit_under_load_per_s")),
+        ),
         ("contended: API calls per section", lambda s: _f(_get(s, "contended", "calls_per_section"), "{:.2f}")),
-        ("contended: overlapping sections / duplicate tokens", lambda s: f"{_f(_get(s, 'contended', 'overlaps'), '{}')} / {_f(_get(s, 'contended', 'duplicate_tokens'), '{}')}"),
+        (
+            "contended: overlapping sections / duplicate tokens",
+            lambda s: (
+                f"{_f(_get(s, 'contended', 'overlaps'), '{}')} / {_f(_get(s, 'contended', 'duplicate_tokens'), '{}')}"
+            ),
+        ),
     ]
     defaults = ClientOptions()
     extra = plan.get("client_extra") or {}
@@ -1009,8 +1116,17 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax = axes[0]
     all_latencies = [x["latency_ms"] for s in servers for x in (_get(s, "handoff", "samples") or [])]
     # Clip the axis at the largest p99 so that one outlier does not squash the curves.
-    right = max([percentile([x["latency_ms"] for x in _get(s, "handoff", "samples")], 99) or 0
-                 for s in servers if _get(s, "handoff", "samples")] + [TARGET_HANDOFF_P50_MS]) * 1.1
+    right = (
+        max(
+            [
+                percentile([x["latency_ms"] for x in _get(s, "handoff", "samples")], 99) or 0
+                for s in servers
+                if _get(s, "handoff", "samples")
+            ]
+            + [TARGET_HANDOFF_P50_MS]
+        )
+        * 1.1
+    )
     for s in servers:
         samples = sorted(x["latency_ms"] for x in (_get(s, "handoff", "samples") or []))
         if not samples:
@@ -1019,8 +1135,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
         colour = colours.get(s["server"])
         beyond = sum(1 for x in samples if x > right)
         note = f"\n{beyond} beyond axis (max {samples[-1]:.0f} ms)" if beyond else ""
-        ax.step(samples, ys, where="post", color=colour, lw=2,
-                label=f"{s['server']}: p50 {s['handoff']['p50_ms']:.1f} ms\np95 {s['handoff']['p95_ms']:.1f} ms, n={len(samples)}{note}")
+        ax.step(
+            samples,
+            ys,
+            where="post",
+            color=colour,
+            lw=2,
+            label=f"{s['server']}: p50 {s['handoff']['p50_ms']:.1f} ms\np95 {s['handoff']['p95_ms']:.1f} ms, n={len(samples)}{note}",
+        )
     ax.axvline(TARGET_HANDOFF_P50_MS, color="grey", ls="--", lw=1)
     ax.axhline(0.5, color="grey", ls=":", lw=1)
     ax.text(TARGET_HANDOFF_P50_MS, 0.96, "target: p50 ≤ 30 ms ", color="dimgrey", fontsize=9, ha="right")
@@ -1040,8 +1162,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
             if not u:
                 continue
             labels.append(f"{s['server']}\n{threads} thread{'s' if threads != '1' else ''}")
-            for sink, err, rounds, med in ((lib, lib_err, u["library_rounds"], u["library_median"]),
-                                           (floor, floor_err, u["floor_rounds"], u["floor_median"])):
+            for sink, err, rounds, med in (
+                (lib, lib_err, u["library_rounds"], u["library_median"]),
+                (floor, floor_err, u["floor_rounds"], u["floor_median"]),
+            ):
                 rates = [r["rate"] for r in rounds]
                 sink.append(med)
                 err[0].append(med - min(rates))
@@ -1050,16 +1174,28 @@ def plot(results: dict[str, Any], path: Path) -> None:
     xs = list(range(len(labels)))
     width = 0.38
     ax.bar([x - width / 2 for x in xs], lib, width, yerr=lib_err, capsize=3, label="django-dynlock", color="#2ca02c")
-    ax.bar([x + width / 2 for x in xs], floor, width, yerr=floor_err, capsize=3, label="raw boto3 floor", color="#7f7f7f")
+    ax.bar(
+        [x + width / 2 for x in xs], floor, width, yerr=floor_err, capsize=3, label="raw boto3 floor", color="#7f7f7f"
+    )
     for x, i in zip(xs, range(len(xs))):
         top = max(lib[i] + lib_err[1][i], floor[i] + floor_err[1][i])
-        ax.annotate(f"library/floor {ratios[i]:.2f}×", (x, top), textcoords="offset points", xytext=(0, 4), ha="center", fontsize=9, fontweight="bold")
+        ax.annotate(
+            f"library/floor {ratios[i]:.2f}×",
+            (x, top),
+            textcoords="offset points",
+            xytext=(0, 4),
+            ha="center",
+            fontsize=9,
+            fontweight="bold",
+        )
     ax.set_xticks(xs, labels)
     ax.set_ylabel("acquire+release cycles/s (median; whiskers: min–max of rounds)")
     ax.set_title(f"Uncontended throughput, library vs floor (target ≥ {TARGET_UNCONTENDED_RATIO}×)")
     ax.legend(fontsize=9, loc="upper left")
     ax.grid(axis="y", alpha=0.3)
-    ax.set_ylim(0, max([a + b for a, b in zip(lib, lib_err[1])] + [a + b for a, b in zip(floor, floor_err[1])] + [1]) * 1.18)
+    ax.set_ylim(
+        0, max([a + b for a, b in zip(lib, lib_err[1])] + [a + b for a, b in zip(floor, floor_err[1])] + [1]) * 1.18
+    )
 
     ax = axes[2]
     names, measured, limits, loaded, cratios = [], [], [], [], []
@@ -1076,9 +1212,25 @@ def plot(results: dict[str, Any], path: Path) -> None:
     third = 0.27
     ax.bar([x - third for x in xs], measured, third, label="measured", color="#9467bd")
     ax.bar(xs, limits, third, label="limit 1/(hold + 2·RTT), idle RTT", color="#c7c7c7", edgecolor="#7f7f7f")
-    ax.bar([x + third for x in xs], loaded, third, label="same with the RTT under load", color="white", edgecolor="#7f7f7f", hatch="//")
+    ax.bar(
+        [x + third for x in xs],
+        loaded,
+        third,
+        label="same with the RTT under load",
+        color="white",
+        edgecolor="#7f7f7f",
+        hatch="//",
+    )
     for x, value, r in zip(xs, measured, cratios):
-        ax.annotate(f"{r:.2f}× limit", (x - third, value), textcoords="offset points", xytext=(0, 3), ha="center", fontsize=9, fontweight="bold")
+        ax.annotate(
+            f"{r:.2f}× limit",
+            (x - third, value),
+            textcoords="offset points",
+            xytext=(0, 3),
+            ha="center",
+            fontsize=9,
+            fontweight="bold",
+        )
     plan = results["plan"]
     ax.set_xticks(xs, names)
     ax.set_ylabel("critical sections/s")
@@ -1087,7 +1239,10 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ax.grid(axis="y", alpha=0.3)
     ax.set_ylim(0, max(limits + measured + [1]) * 1.3)
 
-    fig.suptitle(f"django-dynlock engine benchmark ({results['meta']['started']}, {results['meta']['cpus']} cores, {plan['mode']} mode)", fontsize=11)
+    fig.suptitle(
+        f"django-dynlock engine benchmark ({results['meta']['started']}, {results['meta']['cpus']} cores, {plan['mode']} mode)",
+        fontsize=11,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=110)
@@ -1153,13 +1308,33 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, default=None, help="contended window, s (default 10; quick 4)")
     parser.add_argument("--rounds", type=int, default=None, help="uncontended rounds per side (default 7; quick 3)")
     parser.add_argument("--samples", type=int, default=None, help="handoff samples per server (default 100; quick 30)")
-    parser.add_argument("--min-retry-delay", type=float, default=None, metavar="MS", help="override the engine's MIN_RETRY_DELAY (ms) in every client")
-    parser.add_argument("--max-retry-delay", type=float, default=None, metavar="MS", help="override the engine's MAX_RETRY_DELAY (ms) in every client")
-    parser.add_argument("--budget", type=float, default=None, help="seconds after which phases not yet started are skipped")
-    parser.add_argument("--json", type=Path, default=None, help="raw results (default bench/results/engine-<timestamp>.json)")
-    parser.add_argument("--plot", type=Path, default=DEFAULT_PLOT, help=f"PNG output (default {DEFAULT_PLOT.relative_to(REPO_ROOT)})")
+    parser.add_argument(
+        "--min-retry-delay",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="override the engine's MIN_RETRY_DELAY (ms) in every client",
+    )
+    parser.add_argument(
+        "--max-retry-delay",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="override the engine's MAX_RETRY_DELAY (ms) in every client",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds after which phases not yet started are skipped"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="raw results (default bench/results/engine-<timestamp>.json)"
+    )
+    parser.add_argument(
+        "--plot", type=Path, default=DEFAULT_PLOT, help=f"PNG output (default {DEFAULT_PLOT.relative_to(REPO_ROOT)})"
+    )
     parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--replot", type=Path, default=None, metavar="JSON", help="only redraw the table and plot from a results file")
+    parser.add_argument(
+        "--replot", type=Path, default=None, metavar="JSON", help="only redraw the table and plot from a results file"
+    )
     args = parser.parse_args(argv)
 
     if args.replot:

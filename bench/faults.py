@@ -38,9 +38,10 @@ import sys
 import time
 import traceback
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bench import contenders as cs
 from bench.engine import BenchError, _expect, _stop_children, median, quiet_engine_logs
@@ -146,8 +147,9 @@ def jain(values: list[float]) -> float | None:
     return (sum(values) ** 2 / (len(values) * sum(v * v for v in values))) if values and any(values) else None
 
 
-def run_round(workers: list[tuple[Any, Any]], proxy: FaultProxy, faulty: bool, cell: Cell,
-              sections: int, hold: float) -> dict[str, Any]:
+def run_round(
+    workers: list[tuple[Any, Any]], proxy: FaultProxy, faulty: bool, cell: Cell, sections: int, hold: float
+) -> dict[str, Any]:
     key = f"faults-{cell.lib}-{uuid.uuid4().hex[:8]}"
     proxy.set_rates(FAULT_MIX if faulty else {}, delay_seconds=FAULT_DELAY)
     before = proxy.stats
@@ -178,7 +180,9 @@ def run_round(workers: list[tuple[Any, Any]], proxy: FaultProxy, faulty: bool, c
     tokens = [row[4] for row in rows if row[4] is not None]
     gaps = [(b[0] - a[2]) * 1000 for a, b in zip(rows, rows[1:])]
     # from the start of a release to the next acquire's return, to the releaser itself or another process
-    handoffs = {same: [(b[0] - a[1]) * 1000 for a, b in zip(rows, rows[1:]) if (a[3] == b[3]) is same] for same in (True, False)}
+    handoffs = {
+        same: [(b[0] - a[1]) * 1000 for a, b in zip(rows, rows[1:]) if (a[3] == b[3]) is same] for same in (True, False)
+    }
     return {
         "faulty": faulty,
         "sections": len(rows),
@@ -203,26 +207,46 @@ def run_round(workers: list[tuple[Any, Any]], proxy: FaultProxy, faulty: bool, c
     }
 
 
-def run_cell(cell: Cell, endpoint_url: str, proxy: FaultProxy, ctx: Any, procs: int, sections: int,
-             hold: float, faulty_first: bool) -> list[dict[str, Any]]:
+def run_cell(
+    cell: Cell,
+    endpoint_url: str,
+    proxy: FaultProxy,
+    ctx: Any,
+    procs: int,
+    sections: int,
+    hold: float,
+    faulty_first: bool,
+) -> list[dict[str, Any]]:
     """One fault-free and one faulted round with fresh workers (order per ``faulty_first``)."""
     pairs = [ctx.Pipe() for _ in range(procs)]
-    processes = [ctx.Process(target=worker, args=(cell.spec, proxy.endpoint_url, child), daemon=True)
-                 for _, child in pairs]
+    processes = [
+        ctx.Process(target=worker, args=(cell.spec, proxy.endpoint_url, child), daemon=True) for _, child in pairs
+    ]
     try:
         for process in processes:
             process.start()
         for conn, _ in pairs:
             _expect(conn, "ready", START_TIMEOUT)
         time.sleep(0.2)  # let the children's imports and connections settle
-        return [run_round(pairs, proxy, faulty, cell, sections, hold)
-                for faulty in ((True, False) if faulty_first else (False, True))]
+        return [
+            run_round(pairs, proxy, faulty, cell, sections, hold)
+            for faulty in ((True, False) if faulty_first else (False, True))
+        ]
     finally:
         _stop_children(processes, [conn for conn, _ in pairs])
 
 
-def bench_server(kind: str, cells: list[Cell], passes: int, procs: int, sections: int, hold: float, ctx: Any,
-                 say: Callable[[str], None], deadline: float) -> dict[str, Any]:
+def bench_server(
+    kind: str,
+    cells: list[Cell],
+    passes: int,
+    procs: int,
+    sections: int,
+    hold: float,
+    ctx: Any,
+    say: Callable[[str], None],
+    deadline: float,
+) -> dict[str, Any]:
     from bench.engine import start_server
 
     result: dict[str, Any] = {"server": kind, "rounds": {cell.name: [] for cell in cells}, "errors": {}, "skipped": 0}
@@ -236,7 +260,7 @@ def bench_server(kind: str, cells: list[Cell], passes: int, procs: int, sections
         for lib in sorted({cell.lib for cell in cells}):  # a JIT-compiled server (DynamoDB Local) warms up
             run_cell(Cell(lib, "off"), server.endpoint_url, proxy, ctx, procs, sections, hold, False)
         for index in range(passes):
-            order = cells[index % len(cells):] + cells[:index % len(cells)]
+            order = cells[index % len(cells) :] + cells[: index % len(cells)]
             if index % 2:
                 order.reverse()
             for cell in order:
@@ -252,8 +276,10 @@ def bench_server(kind: str, cells: list[Cell], passes: int, procs: int, sections
                 result["rounds"][cell.name].extend(rounds)
                 clean = next(r for r in rounds if not r["faulty"])
                 faulted = next(r for r in rounds if r["faulty"])
-                say(f"  {kind} pass {index + 1}: {cell.name:22} fault-free {clean['sections_per_s']:6.1f}/s, "
-                    f"faults {faulted['sections_per_s']:6.1f}/s ({sum(faulted['faults'].values())} faulted)")
+                say(
+                    f"  {kind} pass {index + 1}: {cell.name:22} fault-free {clean['sections_per_s']:6.1f}/s, "
+                    f"faults {faulted['sections_per_s']:6.1f}/s ({sum(faulted['faults'].values())} faulted)"
+                )
         result["proxy_errors"] = [repr(e) for e in proxy.errors[:10]]
     finally:
         proxy.stop()
@@ -288,7 +314,9 @@ def summarize(result: dict[str, Any]) -> dict[str, Any]:
         # The ratio of medians of paired rounds: each faulted round against the fault-free
         # round run next to it by the same workers.
         pairs = list(zip([r for r in rounds if not r["faulty"]], [r for r in rounds if r["faulty"]]))
-        row["fault_ratio"] = median([f["sections_per_s"] / c["sections_per_s"] for c, f in pairs if c["sections_per_s"]])
+        row["fault_ratio"] = median(
+            [f["sections_per_s"] / c["sections_per_s"] for c, f in pairs if c["sections_per_s"]]
+        )
         out[name] = row
     for retries in RETRIES:
         mine, theirs = out.get(f"dynlock/retries-{retries}"), out.get(f"{PDL.name}/retries-{retries}")
@@ -306,8 +334,10 @@ def tables(results: list[dict[str, Any]]) -> str:
     for result in results:
         summary = summarize(result)
         lines.append(f"\n### {result['server']}\n")
-        lines.append("| library / botocore retries | fault-free /s | faulted /s | faulted / fault-free | Jain (fault-free, faulted) "
-                     "| requests per section (fault-free, faulted) | overlaps | errors raised under faults |")
+        lines.append(
+            "| library / botocore retries | fault-free /s | faulted /s | faulted / fault-free | Jain (fault-free, faulted) "
+            "| requests per section (fault-free, faulted) | overlaps | errors raised under faults |"
+        )
         lines.append("|---|---|---|---|---|---|---|---|")
         for name, row in summary.items():
             if name.startswith("vs_pdl"):
@@ -317,11 +347,14 @@ def tables(results: list[dict[str, Any]]) -> str:
                 f"| {name} | {_num(row['clean']['rate'])} | {_num(row['faults']['rate'])} | "
                 f"{_num(row['fault_ratio'], '.2f')} | {_num(row['clean']['jain'], '.2f')}, {_num(row['faults']['jain'], '.2f')} | "
                 f"{_num(row['clean']['requests_per_section'], '.1f')}, {_num(row['faults']['requests_per_section'], '.1f')} | "
-                f"{row['clean']['overlaps'] + row['faults']['overlaps']} | {errors} |")
+                f"{row['clean']['overlaps'] + row['faults']['overlaps']} | {errors} |"
+            )
         for retries in RETRIES:
             ratio = summary.get(f"vs_pdl/retries-{retries}")
             if ratio is not None:
-                lines.append(f"\ndjango-dynlock / python-dynamodb-lock, fault-free, retries {retries}: **{ratio:.2f}x**")
+                lines.append(
+                    f"\ndjango-dynlock / python-dynamodb-lock, fault-free, retries {retries}: **{ratio:.2f}x**"
+                )
         lines.append("")
         lines.append(targets(result["server"], summary))
         if result.get("errors"):
@@ -338,15 +371,23 @@ def targets(server: str, summary: dict[str, Any]) -> str:
         if not row:
             continue
         ratio = row["fault_ratio"]
-        out.append(f"- faulted / fault-free, retries {retries}: {_num(ratio, '.2f')} (target >= {TARGET_FAULT_RATIO:.2f}: "
-                   f"{'met' if ratio is not None and ratio >= TARGET_FAULT_RATIO else 'MISSED'})")
+        out.append(
+            f"- faulted / fault-free, retries {retries}: {_num(ratio, '.2f')} (target >= {TARGET_FAULT_RATIO:.2f}: "
+            f"{'met' if ratio is not None and ratio >= TARGET_FAULT_RATIO else 'MISSED'})"
+        )
         vs = summary.get(f"vs_pdl/retries-{retries}")
         jain_clean = row["clean"]["jain"]
         met = vs is not None and vs >= TARGET_VS_PDL and jain_clean is not None and jain_clean >= TARGET_JAIN
-        out.append(f"- vs python-dynamodb-lock, retries {retries}: {_num(vs, '.2f')}x, Jain {_num(jain_clean, '.2f')} "
-                   f"(target >= {TARGET_VS_PDL}x with Jain >= {TARGET_JAIN}: {'met' if met else 'MISSED'})")
-        safe = row["clean"]["overlaps"] + row["faults"]["overlaps"] + row["clean"]["tokens_not_increasing"] \
+        out.append(
+            f"- vs python-dynamodb-lock, retries {retries}: {_num(vs, '.2f')}x, Jain {_num(jain_clean, '.2f')} "
+            f"(target >= {TARGET_VS_PDL}x with Jain >= {TARGET_JAIN}: {'met' if met else 'MISSED'})"
+        )
+        safe = (
+            row["clean"]["overlaps"]
+            + row["faults"]["overlaps"]
+            + row["clean"]["tokens_not_increasing"]
             + row["faults"]["tokens_not_increasing"]
+        )
         out.append(f"- django-dynlock overlaps and token reversals, retries {retries}: {safe}")
     return "\n".join(out)
 
@@ -384,7 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated: " + ", ".join(SERVERS))
     parser.add_argument("--libs", default=",".join(LIBS), help="comma-separated: " + ", ".join(LIBS))
     parser.add_argument("--retries", default=",".join(RETRIES), help="comma-separated: on (4 attempts), off (1)")
-    parser.add_argument("--passes", type=int, default=5, help="interleaved passes (each: one fault-free and one faulted round per cell)")
+    parser.add_argument(
+        "--passes", type=int, default=5, help="interleaved passes (each: one fault-free and one faulted round per cell)"
+    )
     parser.add_argument("--procs", type=int, default=6)
     parser.add_argument("--sections", type=int, default=15, help="sections per process per round")
     parser.add_argument("--hold", type=float, default=5.0, help="ms inside each section")
@@ -409,13 +452,19 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for kind in args.servers.split(","):
         say(f"{kind}: {len(cells)} cells x {args.passes} passes")
-        results.append(bench_server(kind, cells, args.passes, args.procs, args.sections, args.hold / 1000.0,
-                                    ctx, say, deadline))
+        results.append(
+            bench_server(kind, cells, args.passes, args.procs, args.sections, args.hold / 1000.0, ctx, say, deadline)
+        )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     RESULTS_DIR.mkdir(parents=True, exist_ok=True)
     out = RESULTS_DIR / f"faults-{stamp}.json"
-    out.write_text(json.dumps({"args": vars(args), "fault_mix": FAULT_MIX, "delay_s": FAULT_DELAY,
-                               "servers": results}, indent=1, default=str))
+    out.write_text(
+        json.dumps(
+            {"args": vars(args), "fault_mix": FAULT_MIX, "delay_s": FAULT_DELAY, "servers": results},
+            indent=1,
+            default=str,
+        )
+    )
     print(tables(results))
     plot(results, PLOT)
     say(f"results: {out.relative_to(REPO_ROOT)}; plot: {PLOT.relative_to(REPO_ROOT)}")

@@ -115,16 +115,31 @@ class RenewalLog:
         return worst
 
 
-def run(endpoint_url: str, *, leases: int = 1000, seconds: float = 60.0, lease: float = 30.0,
-        heartbeat: float = 10.0, server_pid: int | None = None, progress: bool = False) -> dict[str, Any]:
+def run(
+    endpoint_url: str,
+    *,
+    leases: int = 1000,
+    seconds: float = 60.0,
+    lease: float = 30.0,
+    heartbeat: float = 10.0,
+    server_pid: int | None = None,
+    progress: bool = False,
+) -> dict[str, Any]:
     table = f"heartbeat-load-{uuid.uuid4().hex[:8]}"
     options = ClientOptions(
-        table_name=table, endpoint_url=endpoint_url, region_name="us-east-1", session_options=CREDENTIALS,
-        lease_duration=lease, heartbeat_period=heartbeat, client_config=merge_client_config(None),
+        table_name=table,
+        endpoint_url=endpoint_url,
+        region_name="us-east-1",
+        session_options=CREDENTIALS,
+        lease_duration=lease,
+        heartbeat_period=heartbeat,
+        client_config=merge_client_config(None),
     )
     client = LockClient(options)
     events: Counter[str] = Counter()
-    client.add_listener(lambda event, **info: events.update([event if event != "lost" else f"lost:{info.get('reason')}"]))
+    client.add_listener(
+        lambda event, **info: events.update([event if event != "lost" else f"lost:{info.get('reason')}"])
+    )
     log = RenewalLog()
     client.boto.meta.events.register("before-parameter-build.dynamodb.UpdateItem", log.before_call)
     client.boto.meta.events.register("after-call.dynamodb.UpdateItem", log.after_call)
@@ -142,17 +157,30 @@ def run(endpoint_url: str, *, leases: int = 1000, seconds: float = 60.0, lease: 
 
     # Steady state: the hold window starts once every lease has been renewed at least
     # once on its own schedule; renewals counted over the rest of it.
-    cpu_before, server_before, hold_start = cpu_seconds(), process_cpu_seconds(server_pid) if server_pid else None, time.monotonic()
+    cpu_before, server_before, hold_start = (
+        cpu_seconds(),
+        process_cpu_seconds(server_pid) if server_pid else None,
+        time.monotonic(),
+    )
     deadline = hold_start + seconds
     samples = []
     while time.monotonic() < deadline:
         time.sleep(min(1.0, max(0.0, deadline - time.monotonic())))
         alive = sum(1 for one in held if one.is_held)
-        samples.append({"t": round(time.monotonic() - hold_start, 1), "held": alive, "rss_kib": rss_kib(),
-                        "renewals": log.count(hold_start, time.monotonic())})
+        samples.append(
+            {
+                "t": round(time.monotonic() - hold_start, 1),
+                "held": alive,
+                "rss_kib": rss_kib(),
+                "renewals": log.count(hold_start, time.monotonic()),
+            }
+        )
         if progress:
-            print(f"  t={samples[-1]['t']:5.1f}s held={alive} renewals={samples[-1]['renewals']} "
-                  f"rss={samples[-1]['rss_kib'] / 1024:.1f} MiB", file=sys.stderr)
+            print(
+                f"  t={samples[-1]['t']:5.1f}s held={alive} renewals={samples[-1]['renewals']} "
+                f"rss={samples[-1]['rss_kib'] / 1024:.1f} MiB",
+                file=sys.stderr,
+            )
     hold_end = time.monotonic()
     cpu_hold = cpu_seconds() - cpu_before
     server_hold = (process_cpu_seconds(server_pid) - server_before) if server_before is not None else None
@@ -173,8 +201,12 @@ def run(endpoint_url: str, *, leases: int = 1000, seconds: float = 60.0, lease: 
 
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return {
-        "leases": leases, "seconds": seconds, "lease": lease, "heartbeat": heartbeat,
-        "acquire_seconds": round(acquire_seconds, 2), "release_seconds": round(release_seconds, 2),
+        "leases": leases,
+        "seconds": seconds,
+        "lease": lease,
+        "heartbeat": heartbeat,
+        "acquire_seconds": round(acquire_seconds, 2),
+        "release_seconds": round(release_seconds, 2),
         "renewals_in_hold": log.count(hold_start, hold_end),
         # Each lease's own rate, from the mean time between its renewals: not skewed by the
         # waves in which leases acquired together are renewed (jitter spreads them slowly).
@@ -214,7 +246,9 @@ def main(argv: list[str] | None = None) -> int:
 
     for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE"):
         os.environ.pop(name, None)
-    os.environ.update(AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true")
+    os.environ.update(
+        AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true"
+    )
     server = None
     endpoint, server_pid = args.endpoint, None
     if endpoint is None:
@@ -223,10 +257,20 @@ def main(argv: list[str] | None = None) -> int:
         server = start_server(args.server, timeout=60)
         endpoint, server_pid = server.endpoint_url, server.pid
     try:
-        print(f"holding {args.leases} leases for {args.seconds:g}s (lease {args.lease:g}s, heartbeat "
-              f"{args.heartbeat:g}s) on {args.server if server else endpoint}", file=sys.stderr)
-        result = run(endpoint, leases=args.leases, seconds=args.seconds, lease=args.lease,
-                     heartbeat=args.heartbeat, server_pid=server_pid, progress=True)
+        print(
+            f"holding {args.leases} leases for {args.seconds:g}s (lease {args.lease:g}s, heartbeat "
+            f"{args.heartbeat:g}s) on {args.server if server else endpoint}",
+            file=sys.stderr,
+        )
+        result = run(
+            endpoint,
+            leases=args.leases,
+            seconds=args.seconds,
+            lease=args.lease,
+            heartbeat=args.heartbeat,
+            server_pid=server_pid,
+            progress=True,
+        )
     finally:
         if server is not None:
             server.stop()

@@ -25,7 +25,8 @@ import sys
 import threading
 import time
 import uuid
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from bench.engine import REGION, SESSION_OPTIONS, BenchError, make_client, median
 from django_dynlock.engine import items as it
@@ -39,9 +40,13 @@ def _boto(endpoint_url: str, read_timeout: float = 60.0) -> Any:
     from botocore.config import Config
 
     session = boto3.session.Session(region_name=REGION, **SESSION_OPTIONS)
-    return session.client("dynamodb", endpoint_url=endpoint_url,
-                          config=Config(connect_timeout=2, read_timeout=read_timeout,
-                                        retries={"mode": "standard", "total_max_attempts": 3}))
+    return session.client(
+        "dynamodb",
+        endpoint_url=endpoint_url,
+        config=Config(
+            connect_timeout=2, read_timeout=read_timeout, retries={"mode": "standard", "total_max_attempts": 3}
+        ),
+    )
 
 
 def lease_item(i: int, now: float) -> dict[str, Any]:
@@ -108,8 +113,9 @@ def _timed(fn: Callable[[], tuple[int, int]]) -> dict[str, Any]:
     return {"seconds": time.perf_counter() - t0, "rows": rows, "calls": calls}
 
 
-def measure_listing(endpoint_url: str, count: int, repeats: int, cap: float, admin_gets: int,
-                    say: Callable[[str], None]) -> dict[str, Any]:
+def measure_listing(
+    endpoint_url: str, count: int, repeats: int, cap: float, admin_gets: int, say: Callable[[str], None]
+) -> dict[str, Any]:
     setup = make_client(endpoint_url, table_name=LIST_TABLE)
     try:
         setup.create_table(wait=True)
@@ -124,8 +130,9 @@ def measure_listing(endpoint_url: str, count: int, repeats: int, cap: float, adm
 
     client = make_client(endpoint_url, table_name=LIST_TABLE, client_config=merge_client_config({"read_timeout": 60}))
     counted: dict[str, int] = {"n": 0}
-    client.boto.meta.events.register("before-call.dynamodb", lambda **_: counted.__setitem__("n", counted["n"] + 1),
-                                     unique_id="bench-list-count")
+    client.boto.meta.events.register(
+        "before-call.dynamodb", lambda **_: counted.__setitem__("n", counted["n"] + 1), unique_id="bench-list-count"
+    )
     raw = _boto(endpoint_url)
 
     def library() -> tuple[int, int]:
@@ -162,7 +169,7 @@ def measure_listing(endpoint_url: str, count: int, repeats: int, cap: float, adm
         variants = {"library": library, "floor_same_pages": floor_same_pages, "floor_100_pages": floor_100_pages}
         results: dict[str, list[dict[str, Any]]] = {name: [] for name in variants}
         began = time.monotonic()
-        for index in range(repeats):
+        for _ in range(repeats):
             round_began = time.monotonic()
             for name, fn in variants.items():
                 results[name].append(_timed(fn))
@@ -171,7 +178,12 @@ def measure_listing(endpoint_url: str, count: int, repeats: int, cap: float, adm
                 break
         for name, runs in results.items():
             times = [r["seconds"] for r in runs]
-            out[name] = {"seconds": times, "median_s": median(times), "rows": runs[-1]["rows"], "calls": runs[-1]["calls"]}
+            out[name] = {
+                "seconds": times,
+                "median_s": median(times),
+                "rows": runs[-1]["rows"],
+                "calls": runs[-1]["calls"],
+            }
             if out[name]["rows"] != count:
                 raise BenchError(f"{name} listed {out[name]['rows']} of {count} leases")
     finally:
@@ -186,12 +198,24 @@ def measure_admin(endpoint_url: str, gets: int) -> dict[str, Any]:
     """The changelist's first page, timed in a child process (Django set up there)."""
     from tests.servers import REPO_ROOT, server_env
 
-    env = server_env({"DYNLOCK_TEST_ENDPOINT_URL": endpoint_url, "DYNLOCK_TEST_TABLE": LIST_TABLE,
-                      "DJANGO_SETTINGS_MODULE": "tests.settings", "PYTHONPATH": str(REPO_ROOT)})
+    env = server_env(
+        {
+            "DYNLOCK_TEST_ENDPOINT_URL": endpoint_url,
+            "DYNLOCK_TEST_TABLE": LIST_TABLE,
+            "DJANGO_SETTINGS_MODULE": "tests.settings",
+            "PYTHONPATH": str(REPO_ROOT),
+        }
+    )
     env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
     try:
-        proc = subprocess.run([sys.executable, "-m", "bench.admin_page", str(gets)], cwd=str(REPO_ROOT), env=env,
-                              capture_output=True, text=True, timeout=180)
+        proc = subprocess.run(
+            [sys.executable, "-m", "bench.admin_page", str(gets)],
+            cwd=str(REPO_ROOT),
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
     except subprocess.TimeoutExpired:
         return {"error": "admin page timing did not finish within 180 s"}
     if proc.returncode != 0:

@@ -22,8 +22,10 @@ import pstats
 # inside the validators' set-up, and both expressions are parsed twice per request, once
 # to validate the request and once to apply it)
 PARTS = [
-    ("update expression: validation (ten passes over its syntax tree, on a deep copy of it)",
-     [("moto/dynamodb/parsing/validators.py", "validate"), ("moto/dynamodb/parsing/validators.py", "__init__")]),
+    (
+        "update expression: validation (ten passes over its syntax tree, on a deep copy of it)",
+        [("moto/dynamodb/parsing/validators.py", "validate"), ("moto/dynamodb/parsing/validators.py", "__init__")],
+    ),
     ("update expression: parsing, twice", [("moto/dynamodb/parsing/expressions.py", "make")]),
     ("condition expression: parsing, twice", [("moto/dynamodb/comparisons.py", "parse")]),
     ("reply: serialising the returned item (ALL_NEW)", [("moto/core/serialize.py", "serialize")]),
@@ -63,13 +65,17 @@ def main(argv: list[str] | None = None) -> int:
         return sum(row[3] for (file, _, function), row in stats.items() if file.endswith(path) and function == name)
 
     total = cumulative(*TOTAL)
-    print(f"moto's time on {args.cycles} acquire+release cycles (the engine's expressions): {total:.2f} s "
-          f"under cProfile, {total / args.cycles * 1000:.1f} ms per cycle\n")
+    print(
+        f"moto's time on {args.cycles} acquire+release cycles (the engine's expressions): {total:.2f} s "
+        f"under cProfile, {total / args.cycles * 1000:.1f} ms per cycle\n"
+    )
     print("| what moto was doing | share of its time |\n|---|---:|")
     shares = [(label, sum(cumulative(path, name) for path, name in functions) / total) for label, functions in PARTS]
     for label, share in shares:
         print(f"| {label} | {share:.0%} |")
-    print(f"| everything else (the request's JSON, applying the update, the table) | {1 - sum(s for _, s in shares):.0%} |")
+    print(
+        f"| everything else (the request's JSON, applying the update, the table) | {1 - sum(s for _, s in shares):.0%} |"
+    )
     return 0
 
 

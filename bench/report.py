@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bench import engine
 
@@ -55,7 +56,9 @@ def uncontended_of(server: dict[str, Any], threads: str, name: str) -> dict[str,
     return _get(server, "uncontended", threads, "contenders", UNCONTENDED_AS.get(name, name))
 
 
-def best_peer(server: dict[str, Any], value: Callable[[str], float | None], *, lowest: bool) -> tuple[str | None, float | None]:
+def best_peer(
+    server: dict[str, Any], value: Callable[[str], float | None], *, lowest: bool
+) -> tuple[str | None, float | None]:
     found = [(name, value(name)) for name in PEERS]
     found = [(n, v) for n, v in found if v is not None]
     if not found:
@@ -85,12 +88,21 @@ def derived(server: dict[str, Any]) -> dict[str, Any]:
     d["contended_vs_peer"] = ours / value if ours and value else None
     d["contended_vs_limit"] = _get(server, "contended", "dynlock", "ratio")
     # A peer that leaves some processes with no section at all in the window: not a fair comparison point.
-    peer, value = best_peer(server, lambda n: _get(server, "contended", n, "sections_per_s")
-                            if (_get(server, "contended", n, "per_process") or [0])[0] > 0 else None, lowest=False)
+    peer, value = best_peer(
+        server,
+        lambda n: (
+            _get(server, "contended", n, "sections_per_s")
+            if (_get(server, "contended", n, "per_process") or [0])[0] > 0
+            else None
+        ),
+        lowest=False,
+    )
     d["contended_best_fair_peer"] = peer
     d["contended_vs_fair_peer"] = ours / value if ours and value else None
     ours = _get(server, "crash", "dynlock", "median_s")
-    peer, value = best_peer(server, lambda n: _get(server, "crash", n, "median_s") if n != "pdl-default" else None, lowest=True)
+    peer, value = best_peer(
+        server, lambda n: _get(server, "crash", n, "median_s") if n != "pdl-default" else None, lowest=True
+    )
     d["crash_best_peer"] = peer
     d["crash_vs_peer"] = ours / value if ours and value else None
     lib = _get(server, "listing", "library", "median_s")
@@ -111,18 +123,35 @@ def targets(server: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     rows.append(("calls per acquire+release = 2 (peers 3 and 7)", text, ok))
     for threads in ("1", "8"):
         r = d[f"u{threads}_vs_floor"]
-        rows.append((f"uncontended {threads} thread{'s' if threads != '1' else ''} ≥ 0.85 × floor", _f(r, "{:.2f} ×"),
-                     None if r is None else r >= TARGET_UNCONTENDED))
+        rows.append(
+            (
+                f"uncontended {threads} thread{'s' if threads != '1' else ''} ≥ 0.85 × floor",
+                _f(r, "{:.2f} ×"),
+                None if r is None else r >= TARGET_UNCONTENDED,
+            )
+        )
     p50 = _get(server, "handoff", "dynlock", "p50_ms")
     rows.append(("handoff p50 ≤ 30 ms", _f(p50, "{:.1f} ms"), None if p50 is None else p50 <= TARGET_HANDOFF_MS))
     r = d["handoff_vs_peer"]
-    rows.append(("handoff p50 ≤ 0.6 × best peer", f"{_f(r, '{:.2f} ×')} ({SHORT.get(d['handoff_best_peer'], '–')})",
-                 None if r is None else r <= TARGET_HANDOFF_VS_PEER))
+    rows.append(
+        (
+            "handoff p50 ≤ 0.6 × best peer",
+            f"{_f(r, '{:.2f} ×')} ({SHORT.get(d['handoff_best_peer'], '–')})",
+            None if r is None else r <= TARGET_HANDOFF_VS_PEER,
+        )
+    )
     r = d["contended_vs_peer"]
-    rows.append(("contended ≥ 1.3 × best peer", f"{_f(r, '{:.2f} ×')} ({SHORT.get(d['contended_best_peer'], '–')})",
-                 None if r is None else r >= TARGET_CONTENDED_VS_PEER))
+    rows.append(
+        (
+            "contended ≥ 1.3 × best peer",
+            f"{_f(r, '{:.2f} ×')} ({SHORT.get(d['contended_best_peer'], '–')})",
+            None if r is None else r >= TARGET_CONTENDED_VS_PEER,
+        )
+    )
     r = d["contended_vs_limit"]
-    rows.append(("contended within 15% of the limit", _f(r, "{:.2f} ×"), None if r is None else r >= TARGET_CONTENDED_VS_LIMIT))
+    rows.append(
+        ("contended within 15% of the limit", _f(r, "{:.2f} ×"), None if r is None else r >= TARGET_CONTENDED_VS_LIMIT)
+    )
     crash = _get(server, "crash", "dynlock")
     if crash and crash.get("median_s") is not None:
         text = f"{crash['median_s']:.2f} s (max {crash['max_s']:.2f} s; L + 1 = {crash['target_s']:g} s)"
@@ -132,8 +161,13 @@ def targets(server: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
     one = _get(server, "crash_one_shot", "dynlock")
     if one and one.get("max_s") is not None:
         text = f"{one['median_s']:.2f} s (max {one['max_s']:.2f} s; L + 3 = {one['target_s']:g} s)"
-        rows.append(("crash takeover by fresh one-shot processes ≤ lease + 3 s", text,
-                     one["max_s"] <= one["target_s"] and not one["errors"]))
+        rows.append(
+            (
+                "crash takeover by fresh one-shot processes ≤ lease + 3 s",
+                text,
+                one["max_s"] <= one["target_s"] and not one["errors"],
+            )
+        )
     else:
         rows.append(("crash takeover by fresh one-shot processes ≤ lease + 3 s", "–", None))
     return rows
@@ -145,7 +179,13 @@ def targets(server: dict[str, Any]) -> list[tuple[str, str, bool | None]]:
 def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
     d = derived(server)
     names = list(ORDER)
-    head = "| figure | " + " | ".join(SHORT[n] for n in names) + " | django-dynlock vs reference |\n|---|" + "---:|" * len(names) + "---|"
+    head = (
+        "| figure | "
+        + " | ".join(SHORT[n] for n in names)
+        + " | django-dynlock vs reference |\n|---|"
+        + "---:|" * len(names)
+        + "---|"
+    )
     rows: list[tuple[str, Callable[[str], str], str]] = []
 
     def calls_cell(n: str) -> str:
@@ -157,10 +197,18 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
 
     ours_calls = _get(server, "calls", "dynlock", "acquire_release_total")
     floor_calls = _get(server, "calls", "floor", "acquire_release_total")
-    rows.append(("API calls per acquire+release", calls_cell,
-                 f"{_f(ours_calls, '{:g}')} vs floor {_f(floor_calls, '{:g}')}"))
-    rows.append(("API calls per failed attempt (key held by another client)",
-                 lambda n: _calls(_get(server, "calls", n, "failed_attempt"), _get(server, "calls", n, "failed_attempt_total")), ""))
+    rows.append(
+        ("API calls per acquire+release", calls_cell, f"{_f(ours_calls, '{:g}')} vs floor {_f(floor_calls, '{:g}')}")
+    )
+    rows.append(
+        (
+            "API calls per failed attempt (key held by another client)",
+            lambda n: _calls(
+                _get(server, "calls", n, "failed_attempt"), _get(server, "calls", n, "failed_attempt_total")
+            ),
+            "",
+        )
+    )
 
     def hb_cell(n: str) -> str:
         h = _get(server, "heartbeats", n)
@@ -173,9 +221,15 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
         return f"{_f(per, '{:g}')} {ops} every {h['period_s']:g} s"
 
     rows.append(("API calls per heartbeat", hb_cell, ""))
-    rows.append(("heartbeat calls per held lock per hour",
-                 lambda n: _f(_get(server, "heartbeats", n, "calls_per_hour_per_lease"), "{:.0f}"), ""))
+    rows.append(
+        (
+            "heartbeat calls per held lock per hour",
+            lambda n: _f(_get(server, "heartbeats", n, "calls_per_hour_per_lease"), "{:.0f}"),
+            "",
+        )
+    )
     for threads in ("1", "8"):
+
         def u_cell(n: str, t: str = threads) -> str:
             u = uncontended_of(server, t, n)
             if not u:
@@ -183,10 +237,20 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
             same = " (same path)" if n in UNCONTENDED_AS else ""
             return f"{u['median']:.0f}{same}"
 
-        rows.append((f"uncontended cycles/s, {threads} thread{'s' if threads != '1' else ''} (median of {plan['rounds']})", u_cell,
-                     f"{_f(d[f'u{threads}_vs_floor'], '{:.2f}')} × floor, {_f(d[f'u{threads}_vs_peer'], '{:.2f}')} × best peer"))
-        rows.append((f"client CPU per cycle, {threads} thread{'s' if threads != '1' else ''} (µs)",
-                     lambda n, t=threads: _f(_get(uncontended_of(server, t, n), "cpu_us_per_cycle"), "{:.0f}"), ""))
+        rows.append(
+            (
+                f"uncontended cycles/s, {threads} thread{'s' if threads != '1' else ''} (median of {plan['rounds']})",
+                u_cell,
+                f"{_f(d[f'u{threads}_vs_floor'], '{:.2f}')} × floor, {_f(d[f'u{threads}_vs_peer'], '{:.2f}')} × best peer",
+            )
+        )
+        rows.append(
+            (
+                f"client CPU per cycle, {threads} thread{'s' if threads != '1' else ''} (µs)",
+                lambda n, t=threads: _f(_get(uncontended_of(server, t, n), "cpu_us_per_cycle"), "{:.0f}"),
+                "",
+            )
+        )
 
     def ho_cell(n: str) -> str:
         h = _get(server, "handoff", n)
@@ -195,10 +259,20 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
         capped = f", stopped at {h['n']} by its time cap" if h.get("capped") else ""
         return f"{h['p50_ms']:.1f} / {h['p95_ms']:.1f} (n={h['n']}{capped})" if h.get("n") else "–"
 
-    rows.append(("handoff latency p50 / p95 (ms)", ho_cell,
-                 f"{_f(d['handoff_vs_peer'], '{:.2f}')} × best peer ({SHORT.get(d['handoff_best_peer'], '–')})"))
-    rows.append(("waiter's API calls per handoff (median)",
-                 lambda n: _f(_get(server, "handoff", n, "waiter_calls_median"), "{:g}"), ""))
+    rows.append(
+        (
+            "handoff latency p50 / p95 (ms)",
+            ho_cell,
+            f"{_f(d['handoff_vs_peer'], '{:.2f}')} × best peer ({SHORT.get(d['handoff_best_peer'], '–')})",
+        )
+    )
+    rows.append(
+        (
+            "waiter's API calls per handoff (median)",
+            lambda n: _f(_get(server, "handoff", n, "waiter_calls_median"), "{:g}"),
+            "",
+        )
+    )
 
     def c_cell(n: str) -> str:
         if n == "floor":
@@ -206,27 +280,63 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
             return f"limit {limit:.1f}" if limit else "–"
         return _f(_get(server, "contended", n, "sections_per_s"))
 
-    rows.append((f"contended sections/s ({plan['procs']} processes, hold {plan['hold'] * 1000:g} ms, {_windows(plan)}; median)", c_cell,
-                 f"{_f(d['contended_vs_peer'], '{:.2f}')} × best peer ({SHORT.get(d['contended_best_peer'], '–')}); "
-                 f"{_f(d['contended_vs_fair_peer'], '{:.2f}')} × best peer serving every process "
-                 f"({SHORT.get(d['contended_best_fair_peer'], '–')}); {_f(d['contended_vs_limit'], '{:.2f}')} × limit"))
+    rows.append(
+        (
+            f"contended sections/s ({plan['procs']} processes, hold {plan['hold'] * 1000:g} ms, {_windows(plan)}; median)",
+            c_cell,
+            f"{_f(d['contended_vs_peer'], '{:.2f}')} × best peer ({SHORT.get(d['contended_best_peer'], '–')}); "
+            f"{_f(d['contended_vs_fair_peer'], '{:.2f}')} × best peer serving every process "
+            f"({SHORT.get(d['contended_best_fair_peer'], '–')}); {_f(d['contended_vs_limit'], '{:.2f}')} × limit",
+        )
+    )
 
     def fair_cell(n: str) -> str:
         c = _get(server, "contended", n)
         if not c or not c.get("per_process"):
             return "–"
-        return f"{c['per_process'][0]}–{c['per_process'][-1]} (Jain {c['fairness_jain']:.2f})" if c.get("fairness_jain") else "–"
+        return (
+            f"{c['per_process'][0]}–{c['per_process'][-1]} (Jain {c['fairness_jain']:.2f})"
+            if c.get("fairness_jain")
+            else "–"
+        )
 
     rows.append(("contended: sections per process min–max (fairness)", fair_cell, ""))
-    rows.append(("contended: handoffs where the releaser re-acquired",
-                 lambda n: _f(_get(server, "contended", n, "reacquired_by_releaser"), "{:.0%}"), ""))
-    rows.append(("contended: API calls per section", lambda n: _f(_get(server, "contended", n, "calls_per_section"), "{:.2f}"), ""))
-    rows.append(("contended: acquire wait p50 / p95 (ms)",
-                 lambda n: "–" if not _get(server, "contended", n) else
-                 f"{_f(_get(server, 'contended', n, 'acquire_wait_p50_ms'))} / {_f(_get(server, 'contended', n, 'acquire_wait_p95_ms'))}", ""))
-    rows.append(("contended: overlapping sections / duplicate tokens",
-                 lambda n: "–" if not _get(server, "contended", n) else
-                 f"{_get(server, 'contended', n, 'overlaps')} / {_f(_get(server, 'contended', n, 'duplicate_tokens'), '{}') if n == 'dynlock' else 'no tokens'}", ""))
+    rows.append(
+        (
+            "contended: handoffs where the releaser re-acquired",
+            lambda n: _f(_get(server, "contended", n, "reacquired_by_releaser"), "{:.0%}"),
+            "",
+        )
+    )
+    rows.append(
+        (
+            "contended: API calls per section",
+            lambda n: _f(_get(server, "contended", n, "calls_per_section"), "{:.2f}"),
+            "",
+        )
+    )
+    rows.append(
+        (
+            "contended: acquire wait p50 / p95 (ms)",
+            lambda n: (
+                "–"
+                if not _get(server, "contended", n)
+                else f"{_f(_get(server, 'contended', n, 'acquire_wait_p50_ms'))} / {_f(_get(server, 'contended', n, 'acquire_wait_p95_ms'))}"
+            ),
+            "",
+        )
+    )
+    rows.append(
+        (
+            "contended: overlapping sections / duplicate tokens",
+            lambda n: (
+                "–"
+                if not _get(server, "contended", n)
+                else f"{_get(server, 'contended', n, 'overlaps')} / {_f(_get(server, 'contended', n, 'duplicate_tokens'), '{}') if n == 'dynlock' else 'no tokens'}"
+            ),
+            "",
+        )
+    )
 
     def crash_cell(n: str) -> str:
         c = _get(server, "crash", n)
@@ -238,8 +348,13 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
         return f"{c['median_s']:.2f} s{spread} (lease {c['lease_s']:g} s, n={c['n']})"
 
     crash = _get(server, "crash", "dynlock")
-    rows.append(("crash takeover, SIGKILL → waiter's acquire (median, min–max)", crash_cell,
-                 f"target ≤ {crash['target_s']:g} s" if crash else ""))
+    rows.append(
+        (
+            "crash takeover, SIGKILL → waiter's acquire (median, min–max)",
+            crash_cell,
+            f"target ≤ {crash['target_s']:g} s" if crash else "",
+        )
+    )
 
     def one_shot_cell(n: str) -> str:
         c = _get(server, "crash_one_shot", n)
@@ -252,8 +367,13 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
         return f"{c['median_s']:.2f} s{spread} ({_f(tries, '{:g}')} processes, n={c['n']})"
 
     one = _get(server, "crash_one_shot", "dynlock")
-    rows.append(("crash takeover, SIGKILL → fresh one-shot processes (median, min–max)", one_shot_cell,
-                 f"target ≤ {one['target_s']:g} s" if one else ""))
+    rows.append(
+        (
+            "crash takeover, SIGKILL → fresh one-shot processes (median, min–max)",
+            one_shot_cell,
+            f"target ≤ {one['target_s']:g} s" if one else "",
+        )
+    )
 
     def list_cell(n: str) -> str:
         lst = _get(server, "listing")
@@ -271,8 +391,15 @@ def _server_table(server: dict[str, Any], plan: dict[str, Any]) -> str:
         return "no listing API"
 
     leases = _get(server, "listing", "leases")
-    rows.append((f"list {leases or 10000:,} live leases (median of {len(_get(server, 'listing', 'library', 'seconds') or [])})".replace(",", " "),
-                 list_cell, f"{_f(d['list_vs_floor'], '{:.2f}')} × floor (same pages)"))
+    rows.append(
+        (
+            f"list {leases or 10000:,} live leases (median of {len(_get(server, 'listing', 'library', 'seconds') or [])})".replace(
+                ",", " "
+            ),
+            list_cell,
+            f"{_f(d['list_vs_floor'], '{:.2f}')} × floor (same pages)",
+        )
+    )
 
     def admin_cell(n: str) -> str:
         a = _get(server, "listing", "admin")
@@ -295,25 +422,83 @@ def _dynlock_details(servers: list[dict[str, Any]]) -> str:
     names = [s["server"] for s in servers]
     head = "| django-dynlock detail | " + " | ".join(names) + " |\n|---|" + "---:|" * len(names)
     rows: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
-        ("API calls per failed try_acquire (held by another client)",
-         lambda s: _calls(_get(s, "dynlock_calls", "failed_try_acquire"), _get(s, "dynlock_calls", "failed_try_acquire_total"))),
-        ("… held by this same client (in-process gate)", lambda s: _f(_get(s, "dynlock_calls", "failed_try_acquire_same_process_total"), "{:g}")),
-        ("API calls per acquire+release of a new key", lambda s: _calls(_get(s, "dynlock_calls", "acquire_release_new_key"), _get(s, "dynlock_calls", "acquire_release_new_key_total"))),
-        ("UpdateItem round trip, idle, median / p95 (ms)", lambda s: f"{_f(_get(s, 'rtt', 'median_ms'), '{:.2f}')} / {_f(_get(s, 'rtt', 'p95_ms'), '{:.2f}')}"),
-        ("uncontended library / floor, per-round ratios, 1 thread: median (min–max)", lambda s: _spread(_get(s, "uncontended", "1", "paired_ratio_vs_floor"))),
-        ("uncontended library / floor, per-round ratios, 8 threads: median (min–max)", lambda s: _spread(_get(s, "uncontended", "8", "paired_ratio_vs_floor"))),
+        (
+            "API calls per failed try_acquire (held by another client)",
+            lambda s: _calls(
+                _get(s, "dynlock_calls", "failed_try_acquire"), _get(s, "dynlock_calls", "failed_try_acquire_total")
+            ),
+        ),
+        (
+            "… held by this same client (in-process gate)",
+            lambda s: _f(_get(s, "dynlock_calls", "failed_try_acquire_same_process_total"), "{:g}"),
+        ),
+        (
+            "API calls per acquire+release of a new key",
+            lambda s: _calls(
+                _get(s, "dynlock_calls", "acquire_release_new_key"),
+                _get(s, "dynlock_calls", "acquire_release_new_key_total"),
+            ),
+        ),
+        (
+            "UpdateItem round trip, idle, median / p95 (ms)",
+            lambda s: f"{_f(_get(s, 'rtt', 'median_ms'), '{:.2f}')} / {_f(_get(s, 'rtt', 'p95_ms'), '{:.2f}')}",
+        ),
+        (
+            "uncontended library / floor, per-round ratios, 1 thread: median (min–max)",
+            lambda s: _spread(_get(s, "uncontended", "1", "paired_ratio_vs_floor")),
+        ),
+        (
+            "uncontended library / floor, per-round ratios, 8 threads: median (min–max)",
+            lambda s: _spread(_get(s, "uncontended", "8", "paired_ratio_vs_floor")),
+        ),
         ("uncontended client CPU per cycle, library / floor, 1 thread", lambda s: _cpu_ratio(s, "1")),
         ("uncontended client CPU per cycle, library / floor, 8 threads", lambda s: _cpu_ratio(s, "8")),
-        ("handoff min / max (ms)", lambda s: f"{_f(_get(s, 'handoff', 'dynlock', 'min_ms'))} / {_f(_get(s, 'handoff', 'dynlock', 'max_ms'))}"),
-        ("contended: physical limit 1 / (hold + 2 × idle RTT), sections/s", lambda s: _f(_get(s, "contended", "dynlock", "limit_per_s"))),
-        ("contended: release round trip under load, p50 (ms)", lambda s: _f(_get(s, "contended", "dynlock", "release_rtt_under_load_p50_ms"), "{:.2f}")),
-        ("contended: limit with the loaded round trip", lambda s: _f(_get(s, "contended", "dynlock", "limit_under_load_per_s"))),
-        ("contended: release sent → next acquire returned, p50 (ms)", lambda s: _f(_get(s, "contended", "dynlock", "gap_p50_ms"))),
-        ("contended: … releaser re-acquired / a waiter got it, p50 (ms)",
-         lambda s: f"{_f(_get(s, 'contended', 'dynlock', 'gap_same_process_p50_ms'))} / {_f(_get(s, 'contended', 'dynlock', 'gap_other_process_p50_ms'))}"),
-        ("contended: calls by operation", lambda s: ", ".join(f"{op} {n}" for op, n in sorted((_get(s, "contended", "dynlock", "calls") or {}).items())) or "–"),
-        ("crash: waiter's API calls until takeover (median)", lambda s: _f(_median([t["waiter_calls_total"] for t in (_get(s, "crash", "dynlock", "trials") or [])]), "{:g}")),
-        ("crash: killed after holding (s)", lambda s: ", ".join(f"{t['held_before_kill_s']:.2f}" for t in (_get(s, "crash", "dynlock", "trials") or [])) or "–"),
+        (
+            "handoff min / max (ms)",
+            lambda s: f"{_f(_get(s, 'handoff', 'dynlock', 'min_ms'))} / {_f(_get(s, 'handoff', 'dynlock', 'max_ms'))}",
+        ),
+        (
+            "contended: physical limit 1 / (hold + 2 × idle RTT), sections/s",
+            lambda s: _f(_get(s, "contended", "dynlock", "limit_per_s")),
+        ),
+        (
+            "contended: release round trip under load, p50 (ms)",
+            lambda s: _f(_get(s, "contended", "dynlock", "release_rtt_under_load_p50_ms"), "{:.2f}"),
+        ),
+        (
+            "contended: limit with the loaded round trip",
+            lambda s: _f(_get(s, "contended", "dynlock", "limit_under_load_per_s")),
+        ),
+        (
+            "contended: release sent → next acquire returned, p50 (ms)",
+            lambda s: _f(_get(s, "contended", "dynlock", "gap_p50_ms")),
+        ),
+        (
+            "contended: … releaser re-acquired / a waiter got it, p50 (ms)",
+            lambda s: (
+                f"{_f(_get(s, 'contended', 'dynlock', 'gap_same_process_p50_ms'))} / {_f(_get(s, 'contended', 'dynlock', 'gap_other_process_p50_ms'))}"
+            ),
+        ),
+        (
+            "contended: calls by operation",
+            lambda s: (
+                ", ".join(f"{op} {n}" for op, n in sorted((_get(s, "contended", "dynlock", "calls") or {}).items()))
+                or "–"
+            ),
+        ),
+        (
+            "crash: waiter's API calls until takeover (median)",
+            lambda s: _f(
+                _median([t["waiter_calls_total"] for t in (_get(s, "crash", "dynlock", "trials") or [])]), "{:g}"
+            ),
+        ),
+        (
+            "crash: killed after holding (s)",
+            lambda s: (
+                ", ".join(f"{t['held_before_kill_s']:.2f}" for t in (_get(s, "crash", "dynlock", "trials") or []))
+                or "–"
+            ),
+        ),
     ]
     lines = [head]
     for label, fn in rows:
@@ -364,8 +549,12 @@ def _request_costs(servers: list[dict[str, Any]]) -> str:
     """What each request costs on each server: medians in ms, and as a multiple of the
     simplest lock's PutItem on the same server."""
     names = [s["server"] for s in servers]
-    head = ("| request (median ms; × the simplest lock's PutItem) | " + " | ".join(names) + " |\n|---|"
-            + "---:|" * len(names))
+    head = (
+        "| request (median ms; × the simplest lock's PutItem) | "
+        + " | ".join(names)
+        + " |\n|---|"
+        + "---:|" * len(names)
+    )
     lines = [head]
     for label, where, name in REQUEST_ROWS:
         cells = []
@@ -381,7 +570,11 @@ def markdown(results: dict[str, Any]) -> str:
     plan = results["plan"]
     servers = results["servers"]
     meta = results["meta"]
-    commit = f", django-dynlock at commit {meta['git_head']}{' (engine modified)' if meta.get('engine_dirty') else ''}" if meta.get("git_head") else ""
+    commit = (
+        f", django-dynlock at commit {meta['git_head']}{' (engine modified)' if meta.get('engine_dirty') else ''}"
+        if meta.get("git_head")
+        else ""
+    )
     out = [f"Run of {meta['started']} ({plan['mode']} mode, {meta.get('seconds', 0):.0f} s{commit}).", ""]
     out.append("Settings:")
     for name in ORDER:
@@ -390,8 +583,14 @@ def markdown(results: dict[str, Any]) -> str:
             out.append(f"- {SHORT[name]}: {spec['settings']}")
     crash = results.get("crash_specs") or {}
     if crash:
-        out.append("- crash test: " + "; ".join(f"{SHORT[n]} lease {c['lease_s']:g} s" + (f", heartbeat {c['heartbeat_s']:g} s" if c.get("heartbeat_s") else "")
-                                               for n, c in crash.items()))
+        out.append(
+            "- crash test: "
+            + "; ".join(
+                f"{SHORT[n]} lease {c['lease_s']:g} s"
+                + (f", heartbeat {c['heartbeat_s']:g} s" if c.get("heartbeat_s") else "")
+                for n, c in crash.items()
+            )
+        )
     for server in servers:
         out += ["", f"### {server['server']}", "", _server_table(server, plan)]
     names = [s["server"] for s in servers]
@@ -402,7 +601,11 @@ def markdown(results: dict[str, Any]) -> str:
     out += ["", _dynlock_details(servers), "", _request_costs(servers)]
     for s in servers:
         if s.get("floor_check"):
-            out += ["", f"WARNING ({s['server']}): the floor's requests differ from the engine's: " + "; ".join(s["floor_check"])]
+            out += [
+                "",
+                f"WARNING ({s['server']}): the floor's requests differ from the engine's: "
+                + "; ".join(s["floor_check"]),
+            ]
     return "\n".join(out)
 
 
@@ -429,8 +632,14 @@ def plot_handoff(results: dict[str, Any], path: Path) -> Path:
                 continue
             xs = sorted(x["latency_ms"] for x in h["samples"])
             ys = [(i + 1) / len(xs) for i in range(len(xs))]
-            ax.step(xs, ys, where="post", color=COLOURS[name], lw=2,
-                    label=f"{SHORT[name]}: p50 {h['p50_ms']:.0f}, p95 {h['p95_ms']:.0f} ms (n={h['n']})")
+            ax.step(
+                xs,
+                ys,
+                where="post",
+                color=COLOURS[name],
+                lw=2,
+                label=f"{SHORT[name]}: p50 {h['p50_ms']:.0f}, p95 {h['p95_ms']:.0f} ms (n={h['n']})",
+            )
         ax.axvline(TARGET_HANDOFF_MS, color="grey", ls="--", lw=1)
         ax.text(TARGET_HANDOFF_MS * 1.05, 0.03, "30 ms target", color="dimgrey", fontsize=8.5)
         ax.axhline(0.5, color="grey", ls=":", lw=1)
@@ -442,7 +651,10 @@ def plot_handoff(results: dict[str, Any], path: Path) -> Path:
         ax.set_title(f"{s['server']}: handoff latency, cumulative distribution")
         ax.legend(loc="upper left", fontsize=8.5)
         ax.grid(alpha=0.3, which="both")
-    fig.suptitle(f"Handoff latency per library (waiter in another process; hold 100–200 ms; {results['meta']['started']})", fontsize=11)
+    fig.suptitle(
+        f"Handoff latency per library (waiter in another process; hold 100–200 ms; {results['meta']['started']})",
+        fontsize=11,
+    )
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -470,13 +682,24 @@ def plot_throughput(results: dict[str, Any], path: Path) -> Path:
                 hi.append(u["max"] - u["median"])
                 top = max(top, u["max"])
             label = SHORT[name] + (" (same path as fast)" if name in UNCONTENDED_AS else "")
-            ax.bar(xs, ys, width, yerr=[lo, hi], capsize=2, color=COLOURS[name], label=label,
-                   hatch="//" if name in UNCONTENDED_AS else None, edgecolor="white" if name in UNCONTENDED_AS else None)
+            ax.bar(
+                xs,
+                ys,
+                width,
+                yerr=[lo, hi],
+                capsize=2,
+                color=COLOURS[name],
+                label=label,
+                hatch="//" if name in UNCONTENDED_AS else None,
+                edgecolor="white" if name in UNCONTENDED_AS else None,
+            )
             for x, y in zip(xs, ys):
                 ax.annotate(f"{y:.0f}", (x, y), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7.5)
         ratios = [derived(s)[f"u{threads}_vs_floor"] for s in servers]
-        ax.set_xticks(range(len(servers)), [f"{s['server']}\nours / floor\n{r:.2f}×" if r else s["server"]
-                                            for s, r in zip(servers, ratios)])
+        ax.set_xticks(
+            range(len(servers)),
+            [f"{s['server']}\nours / floor\n{r:.2f}×" if r else s["server"] for s, r in zip(servers, ratios)],
+        )
         ax.set_ylim(0, top * 1.1)
         ax.set_ylabel("acquire+release cycles/s (median; whiskers min–max of rounds)")
         ax.set_title(f"Uncontended, {threads} thread{'s' if threads != '1' else ''} (each on its own key)")
@@ -499,23 +722,44 @@ def plot_throughput(results: dict[str, Any], path: Path) -> Path:
         for x, y, jain in zip(xs, ys, fair):
             ax.annotate(f"{y:.1f}", (x, y), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=8)
             if jain is not None:
-                ax.annotate(f"fairness {jain:.2f}", (x, 0), textcoords="offset points", xytext=(0, 4), ha="center",
-                            fontsize=7.5, rotation=90, va="bottom", color="white")
+                ax.annotate(
+                    f"fairness {jain:.2f}",
+                    (x, 0),
+                    textcoords="offset points",
+                    xytext=(0, 4),
+                    ha="center",
+                    fontsize=7.5,
+                    rotation=90,
+                    va="bottom",
+                    color="white",
+                )
     ax.set_xlim(-0.5, len(servers) - 0.5 + 0.35)
     for i, s in enumerate(servers):
         limit = _get(s, "contended", "dynlock", "limit_per_s")
         if limit:
             ax.hlines(limit, i - 0.45, i + 0.45, colors="black", linestyles="--", lw=1.2)
-            ax.annotate(f"limit 1/(hold + 2·RTT)\n= {limit:.1f}", (i + 0.45, limit), textcoords="offset points", xytext=(2, -8),
-                        ha="left", fontsize=8)
+            ax.annotate(
+                f"limit 1/(hold + 2·RTT)\n= {limit:.1f}",
+                (i + 0.45, limit),
+                textcoords="offset points",
+                xytext=(2, -8),
+                ha="left",
+                fontsize=8,
+            )
     ax.set_xticks(range(len(servers)), [s["server"] for s in servers])
     ax.set_ylim(0, top * 1.15)
     ax.set_ylabel("critical sections/s")
-    ax.set_title(f"Contended: {plan['procs']} processes, one key, hold {plan['hold'] * 1000:g} ms, {_windows(plan)}\n"
-                 "(fairness: Jain's index of sections per process, 1 = even)", fontsize=10)
+    ax.set_title(
+        f"Contended: {plan['procs']} processes, one key, hold {plan['hold'] * 1000:g} ms, {_windows(plan)}\n"
+        "(fairness: Jain's index of sections per process, 1 = even)",
+        fontsize=10,
+    )
     ax.grid(axis="y", alpha=0.3)
     fig.legend(handles, labels, loc="lower center", ncol=len(labels), fontsize=9, frameon=False)
-    fig.suptitle(f"Throughput per library ({results['meta']['started']}, {results['meta']['cpus']} shared cores, {plan['mode']} mode)", fontsize=11)
+    fig.suptitle(
+        f"Throughput per library ({results['meta']['started']}, {results['meta']['cpus']} shared cores, {plan['mode']} mode)",
+        fontsize=11,
+    )
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=100)
@@ -538,8 +782,13 @@ def plot_crash(results: dict[str, Any], path: Path) -> Path:
             ax.barh(i, c["median_s"], color=COLOURS[name], alpha=0.8)
             ax.plot(ys, [i] * len(ys), "k|", ms=14)
             ax.plot([c["target_s"]] * 2, [i - 0.4, i + 0.4], color="black", ls="--", lw=1.2)
-            ax.annotate(f"{c['median_s']:.2f} s (L + 1 = {c['target_s']:g} s)", (max(c["target_s"], c["max_s"]), i),
-                        textcoords="offset points", xytext=(6, -3), fontsize=8.5)
+            ax.annotate(
+                f"{c['median_s']:.2f} s (L + 1 = {c['target_s']:g} s)",
+                (max(c["target_s"], c["max_s"]), i),
+                textcoords="offset points",
+                xytext=(6, -3),
+                fontsize=8.5,
+            )
         ax.set_yticks(range(len(WAITERS)), labels, fontsize=8.5)
         ax.invert_yaxis()
         ax.set_xscale("log")
@@ -562,11 +811,21 @@ def engine_view(results: dict[str, Any]) -> dict[str, Any]:
         for threads in ("1", "8"):
             ours, floor = uncontended_of(s, threads, "dynlock"), uncontended_of(s, threads, "floor")
             if ours and floor:
-                uncontended[threads] = {"library_rounds": ours["rounds"], "floor_rounds": floor["rounds"],
-                                        "library_median": ours["median"], "floor_median": floor["median"],
-                                        "ratio": ours["median"] / floor["median"]}
-        servers.append({"server": s["server"], "uncontended": uncontended, "handoff": _get(s, "handoff", "dynlock"),
-                        "contended": _get(s, "contended", "dynlock")})
+                uncontended[threads] = {
+                    "library_rounds": ours["rounds"],
+                    "floor_rounds": floor["rounds"],
+                    "library_median": ours["median"],
+                    "floor_median": floor["median"],
+                    "ratio": ours["median"] / floor["median"],
+                }
+        servers.append(
+            {
+                "server": s["server"],
+                "uncontended": uncontended,
+                "handoff": _get(s, "handoff", "dynlock"),
+                "contended": _get(s, "contended", "dynlock"),
+            }
+        )
     plan = dict(results["plan"])
     return {"servers": servers, "plan": plan, "meta": results["meta"]}
 

@@ -36,9 +36,10 @@ import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from bench import contenders as cs
 from bench import engine, listing, report, suite
@@ -105,8 +106,15 @@ def make_plan(args: argparse.Namespace) -> Plan:
     )
 
 
-def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable[[str], None],
-                 only: set[str] | None, libs: set[str] | None = None) -> dict[str, Any]:
+def bench_server(
+    kind: str,
+    plan: Plan,
+    deadline: float,
+    ctx: Any,
+    say: Callable[[str], None],
+    only: set[str] | None,
+    libs: set[str] | None = None,
+) -> dict[str, Any]:
     result: dict[str, Any] = {"server": kind, "errors": {}, "skipped": [], "tables": {}}
     began = time.monotonic()
     server = engine.start_server(kind)
@@ -126,35 +134,77 @@ def bench_server(kind: str, plan: Plan, deadline: float, ctx: Any, say: Callable
             say(f"  {kind}: WARNING: the floor's requests differ from the engine's: {result['floor_check']}")
         result["calls"] = phase("calls", lambda: suite.measure_calls(endpoint, list(cs.ALL), plan.calls_cycles))
         result["dynlock_calls"] = phase("calls:dynlock", lambda: engine.measure_calls(endpoint, {}))
-        result["heartbeats"] = phase("heartbeats", lambda: suite.measure_heartbeats(
-            endpoint, [cs.DYNLOCK, cs.PDL_DEFAULT, cs.PDL_FASTEST, cs.MUTEX], plan.heartbeat_hold))
+        result["heartbeats"] = phase(
+            "heartbeats",
+            lambda: suite.measure_heartbeats(
+                endpoint, [cs.DYNLOCK, cs.PDL_DEFAULT, cs.PDL_FASTEST, cs.MUTEX], plan.heartbeat_hold
+            ),
+        )
         result["uncontended"] = {}
         for threads in plan.threads:
             # python-dynamodb-lock's settings do not touch its uncontended path: measured once.
-            value = phase(f"uncontended:{threads}", lambda t=threads: suite.measure_uncontended(
-                endpoint, [cs.DYNLOCK, cs.FLOOR, cs.PDL_FASTEST, cs.MUTEX], t, plan.rounds, plan.round_seconds, plan.round_cap))
+            value = phase(
+                f"uncontended:{threads}",
+                lambda t=threads: suite.measure_uncontended(
+                    endpoint,
+                    [cs.DYNLOCK, cs.FLOOR, cs.PDL_FASTEST, cs.MUTEX],
+                    t,
+                    plan.rounds,
+                    plan.round_seconds,
+                    plan.round_cap,
+                ),
+            )
             if value is not None:
                 result["uncontended"][str(threads)] = value
         result["rtt"] = phase("rtt", lambda: engine.measure_rtt(endpoint, plan.rtt_calls))
-        result["requests"] = phase("requests", lambda: suite.measure_request_costs(endpoint, 4 if plan.mode == "quick" else 6))
+        result["requests"] = phase(
+            "requests", lambda: suite.measure_request_costs(endpoint, 4 if plan.mode == "quick" else 6)
+        )
         waiters = [spec for spec in cs.WAITERS if libs is None or spec.name in libs]
         result["handoff"] = {}
         if phase_wanted("handoff", only):
-            blocks = interleaved(kind, "handoff", waiters, plan.handoff_blocks, deadline, result, say, lambda spec, _: suite.measure_handoff(
-                endpoint, spec, ctx, -(-plan.handoff_samples // plan.handoff_blocks),
-                (plan.handoff_slow_cap if spec.name == "pdl-default" else plan.handoff_cap) / plan.handoff_blocks))
+            blocks = interleaved(
+                kind,
+                "handoff",
+                waiters,
+                plan.handoff_blocks,
+                deadline,
+                result,
+                say,
+                lambda spec, _: suite.measure_handoff(
+                    endpoint,
+                    spec,
+                    ctx,
+                    -(-plan.handoff_samples // plan.handoff_blocks),
+                    (plan.handoff_slow_cap if spec.name == "pdl-default" else plan.handoff_cap) / plan.handoff_blocks,
+                ),
+            )
             result["handoff"] = {name: suite.combine_handoff(b) for name, b in blocks.items() if b}
         result["contended"] = {}
         rtt_ms = (result.get("rtt") or {}).get("median_ms")
         if phase_wanted("contended", only):
-            rounds = interleaved(kind, "contended", waiters, plan.contended_rounds, deadline, result, say, lambda spec, _: suite.measure_contended(
-                endpoint, spec, ctx, plan.procs, plan.hold, plan.window, rtt_ms))
+            rounds = interleaved(
+                kind,
+                "contended",
+                waiters,
+                plan.contended_rounds,
+                deadline,
+                result,
+                say,
+                lambda spec, _: suite.measure_contended(
+                    endpoint, spec, ctx, plan.procs, plan.hold, plan.window, rtt_ms
+                ),
+            )
             result["contended"] = {name: suite.combine_contended(r) for name, r in rounds.items() if r}
         result["crash"] = {}
         if only is None or "crash" in only:
             run_crash(endpoint, plan, ctx, say, result, deadline, libs)
-        result["listing"] = phase("listing", lambda: listing.measure_listing(
-            endpoint, plan.leases, plan.list_repeats, plan.list_cap, plan.admin_gets, say))
+        result["listing"] = phase(
+            "listing",
+            lambda: listing.measure_listing(
+                endpoint, plan.leases, plan.list_repeats, plan.list_cap, plan.admin_gets, say
+            ),
+        )
     finally:
         server.stop()
     result["seconds"] = time.monotonic() - began
@@ -165,8 +215,16 @@ def phase_wanted(name: str, only: set[str] | None) -> bool:
     return only is None or name in only
 
 
-def interleaved(kind: str, what: str, specs: list[cs.Spec], rounds: int, deadline: float, result: dict[str, Any],
-                say: Callable[[str], None], fn: Callable[[cs.Spec, int], Any]) -> dict[str, list[Any]]:
+def interleaved(
+    kind: str,
+    what: str,
+    specs: list[cs.Spec],
+    rounds: int,
+    deadline: float,
+    result: dict[str, Any],
+    say: Callable[[str], None],
+    fn: Callable[[cs.Spec, int], Any],
+) -> dict[str, list[Any]]:
     """``rounds`` rounds of ``fn(spec, round)`` over the contenders, the order rotated and
     reversed every other round, so that drift in the machine's load hits all alike."""
     names = [spec.name for spec in specs]
@@ -174,7 +232,7 @@ def interleaved(kind: str, what: str, specs: list[cs.Spec], rounds: int, deadlin
     out: dict[str, list[Any]] = {name: [] for name in names}
     t0 = time.monotonic()
     for index in range(rounds):
-        order = names[index % len(names):] + names[:index % len(names)] if names else []
+        order = names[index % len(names) :] + names[: index % len(names)] if names else []
         if index % 2:
             order.reverse()
         for name in order:
@@ -197,8 +255,15 @@ def _kill_after(spec: cs.Spec) -> tuple[float, float]:
     return (1.5 * beat, 2.5 * beat)
 
 
-def run_crash(endpoint: str, plan: Plan, ctx: Any, say: Callable[[str], None], result: dict[str, Any],
-              deadline: float, libs: set[str] | None = None) -> None:
+def run_crash(
+    endpoint: str,
+    plan: Plan,
+    ctx: Any,
+    say: Callable[[str], None],
+    result: dict[str, Any],
+    deadline: float,
+    libs: set[str] | None = None,
+) -> None:
     """The 3 s-lease contenders one after the other; python-dynamodb-lock at its defaults
     (30 s lease, 5 s polls: its takeover takes half a minute) at the same time, in a thread:
     its load is one GetItem per 5 s, and the figure is seconds, not milliseconds."""
@@ -224,7 +289,9 @@ def run_crash(endpoint: str, plan: Plan, ctx: Any, say: Callable[[str], None], r
         spec = suite.CRASH_SPECS[name]
         t0 = time.monotonic()
         try:
-            result["crash"][name] = suite.measure_crash(endpoint, spec, ctx, plan.crash_trials, _kill_after(spec), 60.0, say)
+            result["crash"][name] = suite.measure_crash(
+                endpoint, spec, ctx, plan.crash_trials, _kill_after(spec), 60.0, say
+            )
             say(f"  {result['server']}: crash:{name} done in {time.monotonic() - t0:.1f}s")
         except Exception as exc:
             result["errors"][f"crash:{name}"] = f"{type(exc).__name__}: {exc}"
@@ -238,7 +305,8 @@ def run_crash(endpoint: str, plan: Plan, ctx: Any, say: Callable[[str], None], r
         trials = plan.crash_trials if name != "pdl-fast" else 1  # it never gets there: one capped trial shows it
         try:
             result["crash_one_shot"][name] = suite.measure_crash_one_shot(
-                endpoint, spec, ctx, trials, _kill_after(spec), (spec.lease or 0.0) + 10.0, say)
+                endpoint, spec, ctx, trials, _kill_after(spec), (spec.lease or 0.0) + 10.0, say
+            )
         except Exception as exc:
             result["errors"][f"crash_one_shot:{name}"] = f"{type(exc).__name__}: {exc}"
             say(f"  {result['server']}: crash_one_shot:{name} FAILED: {exc}")
@@ -258,9 +326,16 @@ def meta(argv: list[str]) -> dict[str, Any]:
     try:  # which engine was measured: it changes often
         import subprocess
 
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "django_dynlock"], cwd=REPO_ROOT,
-                               capture_output=True, text=True, timeout=10)
+        head = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
+        )
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--", "django_dynlock"],
+            cwd=REPO_ROOT,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        )
         data["git_head"] = head.stdout.strip() or None
         data["engine_dirty"] = bool(dirty.stdout.strip())
     except (OSError, subprocess.SubprocessError):
@@ -273,26 +348,55 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="about 5 minutes instead of 10; smaller samples")
     parser.add_argument("--servers", default=",".join(SERVER_KINDS), help=f"comma-separated: {', '.join(SERVER_KINDS)}")
-    parser.add_argument("--only", default=None, help="comma-separated phases: calls, heartbeats, uncontended, rtt, "
-                                                     "requests, handoff, contended, crash, listing")
-    parser.add_argument("--libs", default=None, help="comma-separated waiting libraries for handoff, contended and crash: "
-                                                     "dynlock, pdl-default, pdl-fast, dyndbmutex (default all)")
+    parser.add_argument(
+        "--only",
+        default=None,
+        help="comma-separated phases: calls, heartbeats, uncontended, rtt, "
+        "requests, handoff, contended, crash, listing",
+    )
+    parser.add_argument(
+        "--libs",
+        default=None,
+        help="comma-separated waiting libraries for handoff, contended and crash: "
+        "dynlock, pdl-default, pdl-fast, dyndbmutex (default all)",
+    )
     parser.add_argument("--hold", type=float, default=10.0, help="contended critical section, ms (default 10)")
     parser.add_argument("--procs", type=int, default=6, help="contended processes (default 6)")
-    parser.add_argument("--window", type=float, default=None, help="one contended window, s (default 5; quick 3); two interleaved windows per library")
+    parser.add_argument(
+        "--window",
+        type=float,
+        default=None,
+        help="one contended window, s (default 5; quick 3); two interleaved windows per library",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="uncontended rounds per library (default 7; quick 3)")
     parser.add_argument("--samples", type=int, default=None, help="handoff samples per library (default 60; quick 25)")
     parser.add_argument("--crash-trials", type=int, default=None, help="crash trials per library (default 3; quick 2)")
     parser.add_argument("--leases", type=int, default=None, help="leases to list (default 10000; quick 2000)")
-    parser.add_argument("--dynlock-max-retry-delay", type=float, default=None, metavar="MS",
-                        help="sensitivity: django-dynlock's MAX_RETRY_DELAY (ms) instead of its default 50")
-    parser.add_argument("--pdl-fast-retry", type=float, default=None, metavar="MS",
-                        help="sensitivity: python-dynamodb-lock (fast)'s retry_period (ms) instead of 20")
-    parser.add_argument("--budget", type=float, default=None, help="seconds after which phases not yet started are skipped")
-    parser.add_argument("--json", type=Path, default=None, help="raw results (default bench/results/bench-<timestamp>.json)")
+    parser.add_argument(
+        "--dynlock-max-retry-delay",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="sensitivity: django-dynlock's MAX_RETRY_DELAY (ms) instead of its default 50",
+    )
+    parser.add_argument(
+        "--pdl-fast-retry",
+        type=float,
+        default=None,
+        metavar="MS",
+        help="sensitivity: python-dynamodb-lock (fast)'s retry_period (ms) instead of 20",
+    )
+    parser.add_argument(
+        "--budget", type=float, default=None, help="seconds after which phases not yet started are skipped"
+    )
+    parser.add_argument(
+        "--json", type=Path, default=None, help="raw results (default bench/results/bench-<timestamp>.json)"
+    )
     parser.add_argument("--img-dir", type=Path, default=IMG_DIR, help="where the PNG plots go (default docs/img)")
     parser.add_argument("--no-plot", action="store_true")
-    parser.add_argument("--replot", type=Path, default=None, metavar="JSON", help="only redraw tables and plots from a results file")
+    parser.add_argument(
+        "--replot", type=Path, default=None, metavar="JSON", help="only redraw tables and plots from a results file"
+    )
     args = parser.parse_args(argv)
 
     if args.replot:
@@ -328,8 +432,9 @@ def main(argv: list[str] | None = None) -> int:
         dynlock_max_retry_delay=None if args.dynlock_max_retry_delay is None else args.dynlock_max_retry_delay / 1000.0,
         pdl_fast_retry=None if args.pdl_fast_retry is None else args.pdl_fast_retry / 1000.0,
     )
-    suite.CRASH_SPECS.update({name: cs.crash_spec(spec) for name, spec in
-                              (("dynlock", cs.DYNLOCK), ("pdl-fast", cs.PDL_FASTEST))})
+    suite.CRASH_SPECS.update(
+        {name: cs.crash_spec(spec) for name, spec in (("dynlock", cs.DYNLOCK), ("pdl-fast", cs.PDL_FASTEST))}
+    )
 
     def say(message: str) -> None:
         print(message, file=sys.stderr, flush=True)
@@ -347,10 +452,20 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {
         "meta": meta(argv),
         "plan": asdict(plan),
-        "specs": {s.name: {"label": s.label, "kind": s.kind, "settings": s.describe(), "lease_s": s.lease,
-                           "heartbeat_s": s.heartbeat} for s in cs.ALL},
-        "crash_specs": {name: {"label": s.label, "settings": s.describe(), "lease_s": s.lease, "heartbeat_s": s.heartbeat}
-                        for name, s in suite.CRASH_SPECS.items()},
+        "specs": {
+            s.name: {
+                "label": s.label,
+                "kind": s.kind,
+                "settings": s.describe(),
+                "lease_s": s.lease,
+                "heartbeat_s": s.heartbeat,
+            }
+            for s in cs.ALL
+        },
+        "crash_specs": {
+            name: {"label": s.label, "settings": s.describe(), "lease_s": s.lease, "heartbeat_s": s.heartbeat}
+            for name, s in suite.CRASH_SPECS.items()
+        },
         "servers": [],
     }
     say(f"bench: {plan.mode} mode, servers {', '.join(kinds)}, budget {plan.budget:.0f}s")

@@ -16,7 +16,8 @@ import statistics
 import time
 import traceback
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 from bench.contenders import (
     DYNLOCK,
@@ -164,7 +165,9 @@ def measure_heartbeats(endpoint_url: str, specs: list[Spec], hold: float) -> dic
                 "calls": calls,
                 "heartbeats": beats,
                 "calls_per_heartbeat": total / beats if beats else None,
-                "calls_per_hour_per_lease": (3600.0 / spec.heartbeat) * (total / beats) if beats and spec.heartbeat else None,
+                "calls_per_hour_per_lease": (3600.0 / spec.heartbeat) * (total / beats)
+                if beats and spec.heartbeat
+                else None,
             }
         except Exception as exc:
             errors.append(f"{spec.name}: {type(exc).__name__}: {exc}")
@@ -187,8 +190,9 @@ def measure_heartbeats(endpoint_url: str, specs: list[Spec], hold: float) -> dic
 # -- 3. uncontended throughput -------------------------------------------------------------
 
 
-def measure_uncontended(endpoint_url: str, specs: list[Spec], threads: int, rounds: int, round_seconds: float,
-                        round_cap: float) -> dict[str, Any]:
+def measure_uncontended(
+    endpoint_url: str, specs: list[Spec], threads: int, rounds: int, round_seconds: float, round_cap: float
+) -> dict[str, Any]:
     """``threads`` threads, each on its own key, acquire+release in a loop. The
     contenders' rounds are interleaved (order rotated and reversed every other round)
     so that drift in the machine's load hits all alike; medians over the rounds."""
@@ -222,7 +226,7 @@ def measure_uncontended(endpoint_url: str, specs: list[Spec], threads: int, roun
             n = int(max(5 * threads, min(20_000, calibration["rate"] * round_seconds)))
             per_round[name] = n - n % threads
         for index in range(rounds):
-            order = names[index % len(names):] + names[:index % len(names)]
+            order = names[index % len(names) :] + names[: index % len(names)]
             if index % 2:
                 order.reverse()
             for name in order:
@@ -308,17 +312,17 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
     """
     import boto3
 
-    from django_dynlock.engine.options import merge_client_config
-
     from bench.engine import REGION, SESSION_OPTIONS, TABLE, Floor, make_client
+    from django_dynlock.engine.options import merge_client_config
 
     run_id = uuid.uuid4().hex[:6]
     lib, rival, operator = (make_client(endpoint_url) for _ in range(3))
     timer = RequestTimer(lib.boto)
     rival_timer, operator_timer = RequestTimer(rival.boto), RequestTimer(operator.boto)
     floor = Floor(endpoint_url, merge_client_config(None))
-    raw = boto3.session.Session(**SESSION_OPTIONS).client("dynamodb", endpoint_url=endpoint_url, region_name=REGION,
-                                                          config=merge_client_config(None))
+    raw = boto3.session.Session(**SESSION_OPTIONS).client(
+        "dynamodb", endpoint_url=endpoint_url, region_name=REGION, config=merge_client_config(None)
+    )
     # The raw requests are timed by the same hooks as the library's, under the name of
     # the variant being sent; the floor's releases are not counted.
     label: list[str | None] = [None]
@@ -349,29 +353,52 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
     def raw_round() -> None:
         key = f"req-raw-{run_id}"
         for _ in range(per_round):
-            for name, condition, update in (("acquire, minimal condition", MINIMAL_ACQUIRE_CONDITION, None),
-                                            ("acquire, minimal update", None, MINIMAL_ACQUIRE_UPDATE),
-                                            ("acquire, minimal update and condition", MINIMAL_ACQUIRE_CONDITION,
-                                             MINIMAL_ACQUIRE_UPDATE)):
-                owner, token = timed(name, lambda: floor.acquire(key, condition, update))
+            for name, condition, update in (
+                ("acquire, minimal condition", MINIMAL_ACQUIRE_CONDITION, None),
+                ("acquire, minimal update", None, MINIMAL_ACQUIRE_UPDATE),
+                ("acquire, minimal update and condition", MINIMAL_ACQUIRE_CONDITION, MINIMAL_ACQUIRE_UPDATE),
+            ):
+                owner, token = timed(name, lambda: floor.acquire(key, condition, update))  # noqa: B023 (called in this iteration)
                 floor.release(key, owner, token)
             # The simplest lock (python-dynamodb-lock's and dyndbmutex's shape): a
             # conditional PutItem of the whole item and a conditional DeleteItem.
             simple = {"key": {"S": f"{key}-put"}, "owner": {"S": "me"}, "expires_at": {"N": "1"}}
-            timed("PutItem, attribute_not_exists", lambda: raw.put_item(
-                TableName=TABLE, Item=simple, ConditionExpression="attribute_not_exists(#k)",
-                ExpressionAttributeNames={"#k": "key"}))
-            timed("DeleteItem, owner = :me", lambda: raw.delete_item(
-                TableName=TABLE, Key={"key": simple["key"]}, ConditionExpression="#o = :me",
-                ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":me": {"S": "me"}}))
-            for name, item_key in (("UpdateItem, one attribute, owner = :me", f"{key}-one"),
-                                   ("UpdateItem, one attribute, on the lock's item", key)):
+            timed(
+                "PutItem, attribute_not_exists",
+                lambda: raw.put_item(
+                    TableName=TABLE,
+                    Item=simple,  # noqa: B023 (called in this iteration)
+                    ConditionExpression="attribute_not_exists(#k)",
+                    ExpressionAttributeNames={"#k": "key"},
+                ),
+            )
+            timed(
+                "DeleteItem, owner = :me",
+                lambda: raw.delete_item(
+                    TableName=TABLE,
+                    Key={"key": simple["key"]},  # noqa: B023 (called in this iteration)
+                    ConditionExpression="#o = :me",
+                    ExpressionAttributeNames={"#o": "owner"},
+                    ExpressionAttributeValues={":me": {"S": "me"}},
+                ),
+            )
+            for name, item_key in (
+                ("UpdateItem, one attribute, owner = :me", f"{key}-one"),
+                ("UpdateItem, one attribute, on the lock's item", key),
+            ):
                 # the second: the item the acquires above wrote (slots, ring, holder), to
                 # tell the item's size from the expression's cost
-                timed(name, lambda k=item_key: raw.update_item(
-                    TableName=TABLE, Key={"key": {"S": k}}, UpdateExpression="SET #x = :me",
-                    ConditionExpression="attribute_not_exists(#x) OR #x = :me",
-                    ExpressionAttributeNames={"#x": "bench_x"}, ExpressionAttributeValues={":me": {"S": "me"}}))
+                timed(
+                    name,
+                    lambda k=item_key: raw.update_item(
+                        TableName=TABLE,
+                        Key={"key": {"S": k}},
+                        UpdateExpression="SET #x = :me",
+                        ConditionExpression="attribute_not_exists(#x) OR #x = :me",
+                        ExpressionAttributeNames={"#x": "bench_x"},
+                        ExpressionAttributeValues={":me": {"S": "me"}},
+                    ),
+                )
 
     try:
         library_round()  # warm-up: connections, the server's code paths
@@ -379,7 +406,7 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
         for timer_ in (timer, rival_timer, operator_timer, *raw_timers):
             timer_.times.clear()
         for index in range(rounds):
-            for do in ((library_round, raw_round) if index % 2 == 0 else (raw_round, library_round)):
+            for do in (library_round, raw_round) if index % 2 == 0 else (raw_round, library_round):
                 do()
     finally:
         for timer_ in (timer, rival_timer, operator_timer, *raw_timers):
@@ -394,13 +421,17 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
         for timer_ in timers:
             for kind, values in timer_.times.items():
                 times[kind] += values
-        return {kind: {"median_ms": median(v) * 1000, "n": len(v)} for kind, v in sorted(times.items()) if kind != "untimed"}
+        return {
+            kind: {"median_ms": median(v) * 1000, "n": len(v)} for kind, v in sorted(times.items()) if kind != "untimed"
+        }
 
     return {
         "library": merged([timer, rival_timer, operator_timer]),
         "raw": merged(raw_timers),
-        "engine_condition": Floor.ACQUIRE_CONDITION, "minimal_condition": MINIMAL_ACQUIRE_CONDITION,
-        "engine_update": Floor.ACQUIRE_EXPRESSION, "minimal_update": MINIMAL_ACQUIRE_UPDATE,
+        "engine_condition": Floor.ACQUIRE_CONDITION,
+        "minimal_condition": MINIMAL_ACQUIRE_CONDITION,
+        "engine_update": Floor.ACQUIRE_EXPRESSION,
+        "minimal_update": MINIMAL_ACQUIRE_UPDATE,
     }
 
 
@@ -459,8 +490,15 @@ def handoff_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
     waiter_child(spec, endpoint_url, conn, max_messages, CHILD_REPLY_TIMEOUT * 4)
 
 
-def measure_handoff(endpoint_url: str, spec: Spec, ctx: Any, samples: int, cap: float,
-                    hold: tuple[float, float] = (0.1, 0.2), wait: float = 12.0) -> dict[str, Any]:
+def measure_handoff(
+    endpoint_url: str,
+    spec: Spec,
+    ctx: Any,
+    samples: int,
+    cap: float,
+    hold: tuple[float, float] = (0.1, 0.2),
+    wait: float = 12.0,
+) -> dict[str, Any]:
     holder_conn, holder_child = ctx.Pipe()
     waiter_conn, waiter_child = ctx.Pipe()
     max_messages = 4 * samples + 10
@@ -500,8 +538,14 @@ def measure_handoff(endpoint_url: str, spec: Spec, ctx: Any, samples: int, cap: 
                 timeouts += 1
                 continue
             _, got, calls = message
-            rows.append({"latency_ms": (got - sent) * 1000, "held_ms": held * 1000, "waiter_calls": calls,
-                         "waiter_calls_total": sum(calls.values())})
+            rows.append(
+                {
+                    "latency_ms": (got - sent) * 1000,
+                    "held_ms": held * 1000,
+                    "waiter_calls": calls,
+                    "waiter_calls_total": sum(calls.values()),
+                }
+            )
     finally:
         _stop_children(processes, [holder_conn, waiter_conn])
     latencies = [r["latency_ms"] for r in rows]
@@ -553,12 +597,15 @@ def contended_worker(spec: Spec, endpoint_url: str, key: str, hold: float, conn:
         conn.send(("result", os.getpid(), sections, calls))
 
 
-def measure_contended(endpoint_url: str, spec: Spec, ctx: Any, procs: int, hold: float, window: float,
-                      rtt_ms: float | None) -> dict[str, Any]:
+def measure_contended(
+    endpoint_url: str, spec: Spec, ctx: Any, procs: int, hold: float, window: float, rtt_ms: float | None
+) -> dict[str, Any]:
     key = f"contended-{spec.name}-{uuid.uuid4().hex[:6]}"
     pairs = [ctx.Pipe() for _ in range(procs)]
-    processes = [ctx.Process(target=contended_worker, args=(spec, endpoint_url, key, hold, child), daemon=True)
-                 for _, child in pairs]
+    processes = [
+        ctx.Process(target=contended_worker, args=(spec, endpoint_url, key, hold, child), daemon=True)
+        for _, child in pairs
+    ]
     results = []
     try:
         for process in processes:
@@ -693,8 +740,9 @@ def crash_waiter(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) ->
 
 
 @contextlib.contextmanager
-def _killed_holder(spec: Spec, endpoint_url: str, ctx: Any, key: str, delay: float,
-                   when_held: Callable[[], None] = lambda: None) -> Iterator[tuple[float, float]]:
+def _killed_holder(
+    spec: Spec, endpoint_url: str, ctx: Any, key: str, delay: float, when_held: Callable[[], None] = lambda: None
+) -> Iterator[tuple[float, float]]:
     """A holder process that acquires ``key`` and is SIGKILLed ``delay`` s later (after
     ``when_held()``); yields the wall times of its acquire and of the kill."""
     holder_conn, holder_child = ctx.Pipe()
@@ -714,8 +762,15 @@ def _killed_holder(spec: Spec, endpoint_url: str, ctx: Any, key: str, delay: flo
             holder.join(5)
 
 
-def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_after: tuple[float, float],
-                  cap: float, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+def measure_crash(
+    endpoint_url: str,
+    spec: Spec,
+    ctx: Any,
+    trials: int,
+    kill_after: tuple[float, float],
+    cap: float,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """A holder acquires with the crash lease, is SIGKILLed ``kill_after`` s later; a waiter
     (another process, already waiting) reports when it got the key. Takeover = its
     time.time() then minus ours just before the kill."""
@@ -740,7 +795,10 @@ def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_aft
                 waiter_conn.send(("wait", key, wait))
                 _expect(waiter_conn, "waiting")
 
-            with _killed_holder(spec, endpoint_url, ctx, key, rng.uniform(*kill_after), start_waiting) as (acquired, killed):
+            with _killed_holder(spec, endpoint_url, ctx, key, rng.uniform(*kill_after), start_waiting) as (
+                acquired,
+                killed,
+            ):
                 if not waiter_conn.poll(wait + CHILD_REPLY_TIMEOUT):
                     raise BenchError("crash waiter did not answer")
                 message = waiter_conn.recv()
@@ -750,9 +808,15 @@ def measure_crash(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_aft
                     errors.append(f"trial {index}: waiter timed out after {wait:g} s")
                     continue
                 _, got, calls = message
-                rows.append({"takeover_s": got - killed, "held_before_kill_s": killed - acquired,
-                             "from_acquire_s": got - acquired, "waiter_calls": calls,
-                             "waiter_calls_total": sum(calls.values())})
+                rows.append(
+                    {
+                        "takeover_s": got - killed,
+                        "held_before_kill_s": killed - acquired,
+                        "from_acquire_s": got - acquired,
+                        "waiter_calls": calls,
+                        "waiter_calls_total": sum(calls.values()),
+                    }
+                )
                 if say:
                     say(f"    {spec.name}: crash trial {index + 1}: takeover {got - killed:.2f} s")
     finally:
@@ -784,8 +848,15 @@ def crash_one_shot(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
             lane.release(handle)
 
 
-def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int, kill_after: tuple[float, float],
-                           cap: float, say: Callable[[str], None] | None = None) -> dict[str, Any]:
+def measure_crash_one_shot(
+    endpoint_url: str,
+    spec: Spec,
+    ctx: Any,
+    trials: int,
+    kill_after: tuple[float, float],
+    cap: float,
+    say: Callable[[str], None] | None = None,
+) -> dict[str, Any]:
     """A holder is SIGKILLed; then fresh processes, one after another, each make one attempt
     until one gets the key (or ``cap`` seconds pass). Takeover = the send time of the
     winning attempt minus the kill time; ``attempts`` = how many processes it took."""
@@ -798,7 +869,7 @@ def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int,
         key = f"oneshot-{spec.name}-{run_id}-{index}"
         with _killed_holder(spec, endpoint_url, ctx, key, rng.uniform(*kill_after)) as (acquired, killed):
             got = None
-            for attempt in range(1, 1000):  # bounded by cap: each is a process start
+            for attempt in range(1, 1000):  # noqa: B007 (read after the loop) bounded by cap: each is a process start
                 conn, child = ctx.Pipe()
                 one = ctx.Process(target=crash_one_shot, args=(spec, endpoint_url, key, child), daemon=True)
                 one.start()
@@ -814,12 +885,22 @@ def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int,
                 continue
             rows.append({"takeover_s": got - killed, "attempts": attempt, "held_before_kill_s": killed - acquired})
             if say:
-                say(f"    {spec.name}: one-shot crash trial {index + 1}: takeover {got - killed:.2f} s ({attempt} processes)")
+                say(
+                    f"    {spec.name}: one-shot crash trial {index + 1}: takeover {got - killed:.2f} s ({attempt} processes)"
+                )
     takeovers = [r["takeover_s"] for r in rows]
     return {
-        "lease_s": lease, "heartbeat_s": spec.heartbeat, "settings": spec.describe(), "trials": rows, "n": len(rows),
-        "errors": errors, "cap_s": cap, "kill_after_s": list(kill_after), "median_s": median(takeovers),
-        "min_s": min(takeovers) if takeovers else None, "max_s": max(takeovers) if takeovers else None,
+        "lease_s": lease,
+        "heartbeat_s": spec.heartbeat,
+        "settings": spec.describe(),
+        "trials": rows,
+        "n": len(rows),
+        "errors": errors,
+        "cap_s": cap,
+        "kill_after_s": list(kill_after),
+        "median_s": median(takeovers),
+        "min_s": min(takeovers) if takeovers else None,
+        "max_s": max(takeovers) if takeovers else None,
         # The promise counts from the holder's last write, which was before the kill.
         "target_s": lease + 3.0,
     }
@@ -828,6 +909,13 @@ def measure_crash_one_shot(endpoint_url: str, spec: Spec, ctx: Any, trials: int,
 CRASH_SPECS = {spec.name: crash_spec(spec) for spec in (DYNLOCK, PDL_FASTEST, MUTEX, PDL_DEFAULT)}
 
 __all__ = [
-    "CRASH_SPECS", "measure_calls", "measure_contended", "measure_crash", "measure_crash_one_shot", "measure_handoff",
-    "measure_heartbeats", "measure_uncontended", "FLOOR",
+    "CRASH_SPECS",
+    "measure_calls",
+    "measure_contended",
+    "measure_crash",
+    "measure_crash_one_shot",
+    "measure_handoff",
+    "measure_heartbeats",
+    "measure_uncontended",
+    "FLOOR",
 ]

@@ -20,8 +20,9 @@ import base64
 import binascii
 import datetime as dt
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
@@ -76,18 +77,26 @@ def problem(exc: DynLockError, alias: str) -> Problem:
         return Problem(str(exc), "Pick one of the configured aliases.")
     if isinstance(exc, ConfigurationError):
         # Its text may quote a setting's value (a mistyped SESSION_OPTIONS, say): not shown.
-        return Problem(f"The DYNLOCK setting of alias {alias!r} has errors.",
-                       "Run `python manage.py check` to see them, and fix DYNLOCK.")
+        return Problem(
+            f"The DYNLOCK setting of alias {alias!r} has errors.",
+            "Run `python manage.py check` to see them, and fix DYNLOCK.",
+        )
     if isinstance(exc, TableNotFound):
         return Problem(str(exc), f"Create the table: `python manage.py createlocktable{switch}`.")
     if isinstance(exc, CredentialsError):
-        return Problem(str(exc), "Check the credentials this server runs with (DYNLOCK SESSION_OPTIONS, "
-                                 "AWS_* environment variables, profile or instance role).")
+        return Problem(
+            str(exc),
+            "Check the credentials this server runs with (DYNLOCK SESSION_OPTIONS, "
+            "AWS_* environment variables, profile or instance role).",
+        )
     if getattr(exc, "code", None) == "AccessDeniedException":
         return Problem(str(exc), "Grant the IAM principal this server runs as those actions on the table.")
-    return Problem(str(exc), "Check that DynamoDB is reachable from this server and that ENDPOINT_URL and "
-                             "REGION_NAME are right: `python manage.py check --deploy --tag dynlock_table` "
-                             "tests the connection.")
+    return Problem(
+        str(exc),
+        "Check that DynamoDB is reachable from this server and that ENDPOINT_URL and "
+        "REGION_NAME are right: `python manage.py check --deploy --tag dynlock_table` "
+        "tests the connection.",
+    )
 
 
 # -- cursors ---------------------------------------------------------------------------
@@ -216,17 +225,18 @@ class LeaseAdmin(admin.ModelAdmin):
 
     # -- URLs ------------------------------------------------------------------------
     def get_urls(self) -> list:
-        info = self.opts.app_label, self.opts.model_name
+        prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
         return [
-            path("", wrap(self.changelist_view), name="%s_%s_changelist" % info),
-            path("<path:object_id>/break/", wrap(self.break_view), name="%s_%s_break" % info),
-            path("<path:object_id>/", wrap(self.detail_view), name="%s_%s_change" % info),
+            path("", wrap(self.changelist_view), name=f"{prefix}_changelist"),
+            path("<path:object_id>/break/", wrap(self.break_view), name=f"{prefix}_break"),
+            path("<path:object_id>/", wrap(self.detail_view), name=f"{prefix}_change"),
         ]
 
     def _url(self, name: str, *args: Any, alias: str | None = None, **query: Any) -> str:
-        url = reverse(f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args,
-                      current_app=self.admin_site.name)
+        url = reverse(
+            f"admin:{self.opts.app_label}_{self.opts.model_name}_{name}", args=args, current_app=self.admin_site.name
+        )
         if alias and alias != conf.DEFAULT_ALIAS:
             query = {"alias": alias, **query}
         query = {k: v for k, v in query.items() if v not in (None, "", False)}
@@ -248,7 +258,9 @@ class LeaseAdmin(admin.ModelAdmin):
         if not alias:
             return conf.DEFAULT_ALIAS if conf.DEFAULT_ALIAS in configured or not configured else configured[0]
         if alias not in configured:
-            raise UnknownAlias(f"DYNLOCK has no alias {alias!r}; configured: {', '.join(map(repr, configured)) or 'none'}.")
+            raise UnknownAlias(
+                f"DYNLOCK has no alias {alias!r}; configured: {', '.join(map(repr, configured)) or 'none'}."
+            )
         return alias
 
     def _context(self, request: HttpRequest, title: str, alias: str, **extra: Any) -> dict[str, Any]:
@@ -272,14 +284,20 @@ class LeaseAdmin(admin.ModelAdmin):
         if client is not None:
             # What is safe to show: never SESSION_OPTIONS, never user:password of the endpoint;
             # the region too, which decides which table this is.
-            context["where"] = {"table": client.options.table_name, "endpoint": client.where(),
-                                "key_prefix": client.options.key_prefix}
+            context["where"] = {
+                "table": client.options.table_name,
+                "endpoint": client.where(),
+                "key_prefix": client.options.key_prefix,
+            }
         return context
 
-    def _render(self, request: HttpRequest, template: str, context: dict[str, Any], status: int = 200) -> TemplateResponse:
+    def _render(
+        self, request: HttpRequest, template: str, context: dict[str, Any], status: int = 200
+    ) -> TemplateResponse:
         request.current_app = self.admin_site.name
-        return TemplateResponse(request, [f"{TEMPLATES}/{template}", f"admin/django_dynlock/{template}"], context,
-                                status=status)
+        return TemplateResponse(
+            request, [f"{TEMPLATES}/{template}", f"admin/django_dynlock/{template}"], context, status=status
+        )
 
     def _rows(self, infos: Iterable[LeaseInfo], alias: str, now: dt.datetime) -> list[Row]:
         rows = []
@@ -308,7 +326,7 @@ class LeaseAdmin(admin.ModelAdmin):
         next_cursor: str | None = None
         hidden_expired = 0
         error: Problem | None = None
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         try:
             alias = self._alias(request)
             client = get_lock_client(alias)
@@ -318,7 +336,9 @@ class LeaseAdmin(admin.ModelAdmin):
                 messages.warning(request, "That page link is not valid any more: showing the first page.")
                 start, cursor, page_number = None, "", 1
             # The one DynamoDB call of this page.
-            infos, last_key = client.scan_page(query, include_released=include_all, start=start, limit=self.list_per_page)
+            infos, last_key = client.scan_page(
+                query, include_released=include_all, start=start, limit=self.list_per_page
+            )
             next_cursor = encode_cursor(last_key, client.options.key_attribute)
             now = client.server_datetime()  # lease times are DynamoDB's clock
         except DynLockError as exc:
@@ -331,7 +351,9 @@ class LeaseAdmin(admin.ModelAdmin):
         rows = self._rows(sorted(infos, key=lambda info: info.key), alias, now)
         base = {"q": query, "all": "1" if include_all else ""}
         context = self._context(
-            request, "Leases", alias,
+            request,
+            "Leases",
+            alias,
             rows=rows,
             error=error,
             query=query,
@@ -341,7 +363,8 @@ class LeaseAdmin(admin.ModelAdmin):
             is_first_page=not cursor,
             first_page_url=self._url("changelist", alias=alias, **base),
             next_page_url=self._url("changelist", alias=alias, **base, cursor=next_cursor, p=page_number + 1)
-            if next_cursor else None,
+            if next_cursor
+            else None,
             toggle_all_url=self._url("changelist", alias=alias, q=query, all="" if include_all else "1"),
             break_action=BREAK_ACTION,
             now=now,
@@ -357,7 +380,7 @@ class LeaseAdmin(admin.ModelAdmin):
         alias = conf.DEFAULT_ALIAS
         row: Row | None = None
         error: Problem | None = None
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         try:
             alias = self._alias(request, named)
             client = get_lock_client(alias)
@@ -369,8 +392,17 @@ class LeaseAdmin(admin.ModelAdmin):
         if info is not None:
             row = self._rows([info], alias, now)[0]
             raw = json.dumps(info.raw, indent=2, sort_keys=True, ensure_ascii=False, default=_json_value)
-        context = self._context(request, "Lease", alias, key=key, row=row, raw=raw, error=error, now=now,
-                                break_url=self.break_url(key, alias))
+        context = self._context(
+            request,
+            "Lease",
+            alias,
+            key=key,
+            row=row,
+            raw=raw,
+            error=error,
+            now=now,
+            break_url=self.break_url(key, alias),
+        )
         return self._render(request, "detail.html", context)
 
     # -- breaking ----------------------------------------------------------------------
@@ -406,8 +438,10 @@ class LeaseAdmin(admin.ModelAdmin):
 
     @staticmethod
     def _unconfirmed(key: str, token: int) -> str:
-        return (f"The lease on {key!r} (token {token}) may have been broken: DynamoDB's replies were lost. "
-                "Reload the page to see; the break goes to the admin log once it is confirmed.")
+        return (
+            f"The lease on {key!r} (token {token}) may have been broken: DynamoDB's replies were lost. "
+            "Reload the page to see; the break goes to the admin log once it is confirmed."
+        )
 
     def _confirm_breaks(self, request: HttpRequest) -> None:
         """Settle the breaks of this session whose outcome was not known: audit those that
@@ -421,8 +455,9 @@ class LeaseAdmin(admin.ModelAdmin):
             if alias not in conf.aliases():
                 continue
             try:
-                landed = get_lock_client(alias).confirm_break(key, token=token, mark=entry["mark"], reason=reason,
-                                                               by=entry["by"])
+                landed = get_lock_client(alias).confirm_break(
+                    key, token=token, mark=entry["mark"], reason=reason, by=entry["by"]
+                )
             except DynLockError:
                 kept.append(entry)
                 continue
@@ -430,14 +465,26 @@ class LeaseAdmin(admin.ModelAdmin):
                 self._audit(request, alias, key, token, f"Broke the lease on {key!r}", reason)
                 messages.success(request, f"Confirmed: the lease on {key!r} (token {token}) was broken.")
             elif landed is False:
-                messages.info(request, f"The lease on {key!r} (token {token}) was not broken: it is still held. "
-                                       "Break it again if you still want to.")
+                messages.info(
+                    request,
+                    f"The lease on {key!r} (token {token}) was not broken: it is still held. "
+                    "Break it again if you still want to.",
+                )
             else:
-                self._audit(request, alias, key, token, f"May have broken the lease on {key!r} (its replies were lost, "
-                                                        "and the lease has ended since)", reason)
-                messages.warning(request, f"The lease on {key!r} (token {token}) has ended, but whether your break "
-                                          "ended it cannot be told: it changed hands since. Recorded in the admin log "
-                                          "as a possible break.")
+                self._audit(
+                    request,
+                    alias,
+                    key,
+                    token,
+                    f"May have broken the lease on {key!r} (its replies were lost, and the lease has ended since)",
+                    reason,
+                )
+                messages.warning(
+                    request,
+                    f"The lease on {key!r} (token {token}) has ended, but whether your break "
+                    "ended it cannot be told: it changed hands since. Recorded in the admin log "
+                    "as a possible break.",
+                )
         request.session[UNCONFIRMED] = kept
 
     @staticmethod
@@ -470,7 +517,7 @@ class LeaseAdmin(admin.ModelAdmin):
         posted_token: int | None = None
         error: Problem | None = None
         info: LeaseInfo | None = None
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         try:
             alias = self._alias(request, named)
             client = get_lock_client(alias)
@@ -482,7 +529,7 @@ class LeaseAdmin(admin.ModelAdmin):
                     form_errors.append("The form has no valid token: reload the lease and try again.")
                 if reason_error:
                     form_errors.append(reason_error)
-                if not form_errors:
+                if posted_token is not None and not form_errors:
                     try:
                         if self._break(request, client, alias, key, posted_token, reason):
                             messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
@@ -505,10 +552,17 @@ class LeaseAdmin(admin.ModelAdmin):
             if request.method == "POST":
                 status = 503  # nothing was broken: DynamoDB could not be used
         context = self._context(
-            request, "Break a lease", alias,
-            key=key, row=self._rows([info], alias, now)[0] if info is not None else None,
-            error=error, form_errors=form_errors, reason=reason,
-            detail_url=self.detail_url(key, alias), form_url=self.break_url(key, alias), now=now,
+            request,
+            "Break a lease",
+            alias,
+            key=key,
+            row=self._rows([info], alias, now)[0] if info is not None else None,
+            error=error,
+            form_errors=form_errors,
+            reason=reason,
+            detail_url=self.detail_url(key, alias),
+            form_url=self.break_url(key, alias),
+            now=now,
         )
         return self._render(request, "break_confirmation.html", context, status=status)
 
@@ -516,8 +570,10 @@ class LeaseAdmin(admin.ModelAdmin):
     def _not_broken(key: str, token: int | None, info: LeaseInfo | None, now: dt.datetime) -> str:
         if info is None:
             return f"Not broken: the lease on {key!r} (token {token}) is not held any more."
-        return (f"Not broken: the lease on {key!r} now has token {info.token} (held by {fmt.holder_text(info)}), "
-                f"not {token}. Look again and confirm if you still want to break it.")
+        return (
+            f"Not broken: the lease on {key!r} now has token {info.token} (held by {fmt.holder_text(info)}), "
+            f"not {token}. Look again and confirm if you still want to break it."
+        )
 
     def _action(self, request: HttpRequest) -> HttpResponse:
         """The changelist's POST: the ``break_leases`` action on the selected keys.
@@ -536,7 +592,7 @@ class LeaseAdmin(admin.ModelAdmin):
         if request.POST.get("action") != BREAK_ACTION:
             messages.warning(request, "No action selected.")
             return HttpResponseRedirect(back)
-        now = dt.datetime.now(dt.timezone.utc)
+        now = dt.datetime.now(dt.UTC)
         if request.POST.get("post") == "yes":
             return self._break_selected(request, alias, back, now)
         keys = list(dict.fromkeys(k for k in request.POST.getlist(ACTION_CHECKBOX_NAME) if k))
@@ -556,10 +612,22 @@ class LeaseAdmin(admin.ModelAdmin):
                 items.append((key, self._rows([info], alias, now)[0] if info is not None else None))
         except DynLockError as exc:
             error = problem(exc, alias)
-        return self._render(request, "break_selected_confirmation.html", self._context(
-            request, "Break leases", alias, items=items, error=error, form_errors=[], reason="",
-            any_breakable=any(row is not None and row.breakable for _, row in items), break_action=BREAK_ACTION, now=now,
-        ))
+        return self._render(
+            request,
+            "break_selected_confirmation.html",
+            self._context(
+                request,
+                "Break leases",
+                alias,
+                items=items,
+                error=error,
+                form_errors=[],
+                reason="",
+                any_breakable=any(row is not None and row.breakable for _, row in items),
+                break_action=BREAK_ACTION,
+                now=now,
+            ),
+        )
 
     def _break_selected(self, request: HttpRequest, alias: str, back: str, now: dt.datetime) -> HttpResponse:
         keys = request.POST.getlist("key")
@@ -570,14 +638,26 @@ class LeaseAdmin(admin.ModelAdmin):
             form_errors.append("The form must post one token for each key: select the leases again.")
         pairs = list(zip(keys, tokens))
         if form_errors:
-            return self._render(request, "break_selected_confirmation.html", self._context(
-                request, "Break leases", alias, error=None, form_errors=form_errors, reason=reason,
-                break_action=BREAK_ACTION, now=now, posted=pairs,
-            ), status=400)
+            return self._render(
+                request,
+                "break_selected_confirmation.html",
+                self._context(
+                    request,
+                    "Break leases",
+                    alias,
+                    error=None,
+                    form_errors=form_errors,
+                    reason=reason,
+                    break_action=BREAK_ACTION,
+                    now=now,
+                    posted=pairs,
+                ),
+                status=400,
+            )
         broken: list[str] = []
         try:
             client = get_lock_client(alias)
-            for key, token in pairs:
+            for key, token in [(key, token) for key, token in pairs if token is not None]:  # all, once checked
                 try:
                     if self._break(request, client, alias, key, token, reason):
                         broken.append(key)
@@ -586,12 +666,17 @@ class LeaseAdmin(admin.ModelAdmin):
                     messages.warning(request, self._unconfirmed(key, token))
                 else:
                     # No extra read to say who has it now: the list shows that.
-                    messages.warning(request, f"Not broken: the lease on {key!r} is no longer held with token {token} "
-                                              f"(released or taken over since it was shown).")
+                    messages.warning(
+                        request,
+                        f"Not broken: the lease on {key!r} is no longer held with token {token} "
+                        f"(released or taken over since it was shown).",
+                    )
         except DynLockError as exc:
             found = problem(exc, alias)
             messages.error(request, f"{found.message} {found.hint}")
         if broken:
             count = len(broken)
-            messages.success(request, f"Broke {count} lease{'s' if count != 1 else ''}: {', '.join(map(repr, broken))}.")
+            messages.success(
+                request, f"Broke {count} lease{'s' if count != 1 else ''}: {', '.join(map(repr, broken))}."
+            )
         return HttpResponseRedirect(back)

@@ -51,8 +51,12 @@ def _decode(part: str) -> str:
 
 def is_readable(key: str) -> bool:
     """Whether ``key`` can be its own id in a URL."""
-    return (key not in (".", "..") and not key.startswith(ENCODED) and key.isprintable()
-            and len(percent_encode(quote(key), safe="/_")) <= READABLE_URL_MAX)
+    return (
+        key not in (".", "..")
+        and not key.startswith(ENCODED)
+        and key.isprintable()
+        and len(percent_encode(quote(key), safe="/_")) <= READABLE_URL_MAX
+    )
 
 
 def object_id(key: str, alias: str = DEFAULT_ALIAS) -> str:
@@ -69,7 +73,7 @@ def parse(object_id: str) -> tuple[str, str | None]:
     of an earlier version holds keys as they were.
     """
     if object_id.startswith(ENCODED):
-        key_part, dot, alias_part = object_id[len(ENCODED):].partition(".")
+        key_part, dot, alias_part = object_id[len(ENCODED) :].partition(".")
         try:
             key = _decode(key_part)
             alias = _decode(alias_part) if dot else None

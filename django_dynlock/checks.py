@@ -41,21 +41,35 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         try:
             status = client.describe_table()
         except TableNotFound as exc:
-            messages.append(checks.Error(str(exc), hint=f"Run: python manage.py createlocktable --alias {alias}", id="dynlock.E101"))
+            messages.append(
+                checks.Error(str(exc), hint=f"Run: python manage.py createlocktable --alias {alias}", id="dynlock.E101")
+            )
             continue
         except DynLockError as exc:
-            messages.append(checks.Error(f"DYNLOCK[{alias!r}]: cannot check the lock table: {exc}",
-                                         hint="Check ENDPOINT_URL, REGION_NAME, credentials and IAM permissions.", id="dynlock.E102"))
+            messages.append(
+                checks.Error(
+                    f"DYNLOCK[{alias!r}]: cannot check the lock table: {exc}",
+                    hint="Check ENDPOINT_URL, REGION_NAME, credentials and IAM permissions.",
+                    id="dynlock.E102",
+                )
+            )
             continue
         if status.key_problem:
-            messages.append(checks.Error(f"DYNLOCK[{alias!r}]: table {status.name!r} has the wrong key schema: {status.key_problem}.",
-                                         hint="Point TABLE_NAME at a new table and run createlocktable, or set KEY_ATTRIBUTE.",
-                                         id="dynlock.E103"))
+            messages.append(
+                checks.Error(
+                    f"DYNLOCK[{alias!r}]: table {status.name!r} has the wrong key schema: {status.key_problem}.",
+                    hint="Point TABLE_NAME at a new table and run createlocktable, or set KEY_ATTRIBUTE.",
+                    id="dynlock.E103",
+                )
+            )
         if status.ttl_status not in ("ENABLED", "ENABLING") or status.ttl_attribute != client.options.ttl_attribute:
-            messages.append(checks.Warning(
-                f"DYNLOCK[{alias!r}]: TTL on table {status.name!r} is {status.ttl_status} on {status.ttl_attribute!r}, "
-                f"not enabled on {client.options.ttl_attribute!r}: idle lock items will pile up.",
-                hint="Run: python manage.py createlocktable (it enables TTL on an existing table). "
-                     "Local servers without TTL support (dynalite) always show this warning.",
-                id="dynlock.W101"))
+            messages.append(
+                checks.Warning(
+                    f"DYNLOCK[{alias!r}]: TTL on table {status.name!r} is {status.ttl_status} on {status.ttl_attribute!r}, "
+                    f"not enabled on {client.options.ttl_attribute!r}: idle lock items will pile up.",
+                    hint="Run: python manage.py createlocktable (it enables TTL on an existing table). "
+                    "Local servers without TTL support (dynalite) always show this warning.",
+                    id="dynlock.W101",
+                )
+            )
     return messages

@@ -23,10 +23,10 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .exceptions import ConfigurationError
 from .engine import items
 from .engine.keys import MAX_KEY_BYTES
 from .engine.options import TABLE_NAME_RE, ClientOptions, call_budget, merge_client_config
+from .exceptions import ConfigurationError
 
 DEFAULT_ALIAS = "default"
 
@@ -81,9 +81,22 @@ _RANGES: dict[str, tuple[float, bool, float | None]] = {
     "MAX_RETRY_DELAY": (0.0, False, None),
 }
 _ITEM_ATTRIBUTES = {
-    items.OWNER, items.RVN, items.FENCE, items.LEASE_MS, items.EXPIRES_AT, items.ACQUIRED_AT, items.RELEASED_AT,
-    items.RELEASED_BY, items.BREAK_REASON, items.HOST, items.PID, items.THREAD, items.HOLDER, items.SEQ,
-    items.RESERVED_BY, items.RING,
+    items.OWNER,
+    items.RVN,
+    items.FENCE,
+    items.LEASE_MS,
+    items.EXPIRES_AT,
+    items.ACQUIRED_AT,
+    items.RELEASED_AT,
+    items.RELEASED_BY,
+    items.BREAK_REASON,
+    items.HOST,
+    items.PID,
+    items.THREAD,
+    items.HOLDER,
+    items.SEQ,
+    items.RESERVED_BY,
+    items.RING,
     *(f"rel{slot}" for slot in range(items.RELEASE_SLOTS)),
 }
 
@@ -115,14 +128,24 @@ def _session_arguments() -> set[str]:
 
 def _alias_problems(alias: str, raw: Any) -> list[Problem]:
     if not isinstance(raw, dict):
-        return [Problem("dynlock.E003", f"{_where(alias)} must be a dict of settings, got {type(raw).__name__}.",
-                        f'Write DYNLOCK = {{"{alias}": {{"TABLE_NAME": "django_dynlock"}}}}.')]
+        return [
+            Problem(
+                "dynlock.E003",
+                f"{_where(alias)} must be a dict of settings, got {type(raw).__name__}.",
+                f'Write DYNLOCK = {{"{alias}": {{"TABLE_NAME": "django_dynlock"}}}}.',
+            )
+        ]
     found: list[Problem] = []
     for name in raw:
         if name not in DEFAULTS:
             close = difflib.get_close_matches(str(name), DEFAULTS, n=1)
-            found.append(Problem("dynlock.E004", f"{_where(alias, name)} is not a django-dynlock setting.",
-                                 f"Did you mean {close[0]!r}?" if close else f"Known settings: {', '.join(DEFAULTS)}."))
+            found.append(
+                Problem(
+                    "dynlock.E004",
+                    f"{_where(alias, name)} is not a django-dynlock setting.",
+                    f"Did you mean {close[0]!r}?" if close else f"Known settings: {', '.join(DEFAULTS)}.",
+                )
+            )
     values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
     typed_ok: dict[str, bool] = {}
     for name, (types, nullable, said) in _TYPES.items():
@@ -133,8 +156,11 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             # Only the type of a setting that may hold secrets (keys, a proxy's password):
             # checks are printed by every manage.py command.
             got = type(value).__name__ if name in SECRET_SETTINGS else repr(value)
-            found.append(Problem("dynlock.E005", f"{_where(alias, name)} must be {said}, got {got}.",
-                                 f"Default: {DEFAULTS[name]!r}."))
+            found.append(
+                Problem(
+                    "dynlock.E005", f"{_where(alias, name)} must be {said}, got {got}.", f"Default: {DEFAULTS[name]!r}."
+                )
+            )
     for name, (low, inclusive, high) in _RANGES.items():
         value = values[name]
         if not typed_ok[name] or value is None:
@@ -143,79 +169,145 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         bad = bad or (high is not None and value >= high)
         if bad:
             bound = f"{'>=' if inclusive else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
-            found.append(Problem("dynlock.E006", f"{_where(alias, name)} must be a finite number {bound}, got {value!r}.",
-                                 f"Default: {DEFAULTS[name]!r}."))
+            found.append(
+                Problem(
+                    "dynlock.E006",
+                    f"{_where(alias, name)} must be a finite number {bound}, got {value!r}.",
+                    f"Default: {DEFAULTS[name]!r}.",
+                )
+            )
     numbers_ok = not any(p.id in ("dynlock.E005", "dynlock.E006") for p in found)
     lease, period = values["LEASE_DURATION"], values["HEARTBEAT_PERIOD"]
     if numbers_ok and period * 3 > lease:
-        found.append(Problem("dynlock.E007",
-                             f"{_where(alias, 'HEARTBEAT_PERIOD')} ({period}s) must be at most a third of LEASE_DURATION ({lease}s).",
-                             f"Use HEARTBEAT_PERIOD <= {lease / 3:g}, or a longer LEASE_DURATION: a lease must survive "
-                             "a failed heartbeat or two."))
+        found.append(
+            Problem(
+                "dynlock.E007",
+                f"{_where(alias, 'HEARTBEAT_PERIOD')} ({period}s) must be at most a third of LEASE_DURATION ({lease}s).",
+                f"Use HEARTBEAT_PERIOD <= {lease / 3:g}, or a longer LEASE_DURATION: a lease must survive "
+                "a failed heartbeat or two.",
+            )
+        )
     if typed_ok["TABLE_NAME"] and not TABLE_NAME_RE.match(values["TABLE_NAME"]):
-        found.append(Problem("dynlock.E008", f"{_where(alias, 'TABLE_NAME')} {values['TABLE_NAME']!r} is not a valid DynamoDB table name.",
-                             "Use 3-255 characters from A-Z a-z 0-9 _ . -"))
+        found.append(
+            Problem(
+                "dynlock.E008",
+                f"{_where(alias, 'TABLE_NAME')} {values['TABLE_NAME']!r} is not a valid DynamoDB table name.",
+                "Use 3-255 characters from A-Z a-z 0-9 _ . -",
+            )
+        )
     config: Config | None = None
     if typed_ok["CLIENT_CONFIG"]:
         try:
             config = merge_client_config(values["CLIENT_CONFIG"])
         except (TypeError, ValueError) as exc:
-            found.append(Problem("dynlock.E009", f"{_where(alias, 'CLIENT_CONFIG')} is not valid for botocore.config.Config: {exc}.",
-                                 "See botocore's Config reference: e.g. {'read_timeout': 2, 'retries': {'total_max_attempts': 2}}."))
+            found.append(
+                Problem(
+                    "dynlock.E009",
+                    f"{_where(alias, 'CLIENT_CONFIG')} is not valid for botocore.config.Config: {exc}.",
+                    "See botocore's Config reference: e.g. {'read_timeout': 2, 'retries': {'total_max_attempts': 2}}.",
+                )
+            )
     if typed_ok["SESSION_OPTIONS"]:
         unknown = set(values["SESSION_OPTIONS"]) - _session_arguments()
         pair = {"aws_access_key_id", "aws_secret_access_key"} & set(values["SESSION_OPTIONS"])
         if unknown:
-            found.append(Problem("dynlock.E010", f"{_where(alias, 'SESSION_OPTIONS')} has unknown boto3 Session arguments: {', '.join(sorted(map(str, unknown)))}.",
-                                 f"Known: {', '.join(sorted(_session_arguments()))}."))
+            found.append(
+                Problem(
+                    "dynlock.E010",
+                    f"{_where(alias, 'SESSION_OPTIONS')} has unknown boto3 Session arguments: {', '.join(sorted(map(str, unknown)))}.",
+                    f"Known: {', '.join(sorted(_session_arguments()))}.",
+                )
+            )
         elif len(pair) == 1:
-            found.append(Problem("dynlock.E010", f"{_where(alias, 'SESSION_OPTIONS')} has {pair.pop()} without its other half.",
-                                 "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role)."))
+            found.append(
+                Problem(
+                    "dynlock.E010",
+                    f"{_where(alias, 'SESSION_OPTIONS')} has {pair.pop()} without its other half.",
+                    "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role).",
+                )
+            )
     url = values["ENDPOINT_URL"]
     if typed_ok["ENDPOINT_URL"] and url is not None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            found.append(Problem("dynlock.E011", f"{_where(alias, 'ENDPOINT_URL')} must be an http(s) URL with a host, got a value of length {len(url)}.",
-                                 "e.g. 'http://127.0.0.1:8001' for a local server, or None for AWS."))
+            found.append(
+                Problem(
+                    "dynlock.E011",
+                    f"{_where(alias, 'ENDPOINT_URL')} must be an http(s) URL with a host, got a value of length {len(url)}.",
+                    "e.g. 'http://127.0.0.1:8001' for a local server, or None for AWS.",
+                )
+            )
     if typed_ok["KEY_PREFIX"] and len(values["KEY_PREFIX"].encode()) >= MAX_KEY_BYTES:
-        found.append(Problem("dynlock.E012", f"{_where(alias, 'KEY_PREFIX')} is {len(values['KEY_PREFIX'].encode())} bytes: no room left for keys.",
-                             f"DynamoDB partition keys are at most {MAX_KEY_BYTES} bytes; use a short prefix."))
+        found.append(
+            Problem(
+                "dynlock.E012",
+                f"{_where(alias, 'KEY_PREFIX')} is {len(values['KEY_PREFIX'].encode())} bytes: no room left for keys.",
+                f"DynamoDB partition keys are at most {MAX_KEY_BYTES} bytes; use a short prefix.",
+            )
+        )
     if numbers_ok and values["MIN_RETRY_DELAY"] > values["MAX_RETRY_DELAY"]:
-        found.append(Problem("dynlock.E013", f"{_where(alias, 'MIN_RETRY_DELAY')} is greater than MAX_RETRY_DELAY.",
-                             "The retry delay grows from MIN_RETRY_DELAY up to MAX_RETRY_DELAY."))
+        found.append(
+            Problem(
+                "dynlock.E013",
+                f"{_where(alias, 'MIN_RETRY_DELAY')} is greater than MAX_RETRY_DELAY.",
+                "The retry delay grows from MIN_RETRY_DELAY up to MAX_RETRY_DELAY.",
+            )
+        )
     for name in ("KEY_ATTRIBUTE", "TTL_ATTRIBUTE"):
         value = values[name]
         if typed_ok[name] and (not value or value in _ITEM_ATTRIBUTES):
-            found.append(Problem("dynlock.E014", f"{_where(alias, name)} {value!r} is empty or clashes with an attribute the lock item uses.",
-                                 f"Reserved: {', '.join(sorted(_ITEM_ATTRIBUTES))}."))
+            found.append(
+                Problem(
+                    "dynlock.E014",
+                    f"{_where(alias, name)} {value!r} is empty or clashes with an attribute the lock item uses.",
+                    f"Reserved: {', '.join(sorted(_ITEM_ATTRIBUTES))}.",
+                )
+            )
     region = values["REGION_NAME"]
     if typed_ok["REGION_NAME"] and region is not None:
         try:
             validate_region_name(region)  # botocore's own rule, the one the client applies
         except InvalidRegionError:
-            found.append(Problem("dynlock.E015", f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
-                                 "Use one such as 'eu-west-1', or None for the AWS environment's region."))
+            found.append(
+                Problem(
+                    "dynlock.E015",
+                    f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
+                    "Use one such as 'eu-west-1', or None for the AWS environment's region.",
+                )
+            )
     if region is None and values["ENDPOINT_URL"] is None:
-        found.append(Problem("dynlock.W003",
-                             f"{_where(alias, 'REGION_NAME')} is not set: against AWS each host takes the region from its "
-                             "own environment (AWS_REGION, AWS_DEFAULT_REGION, its profile). Two hosts that resolve "
-                             "different regions lock in different tables and never exclude each other.",
-                             "Set REGION_NAME, e.g. 'eu-west-1'."))
+        found.append(
+            Problem(
+                "dynlock.W003",
+                f"{_where(alias, 'REGION_NAME')} is not set: against AWS each host takes the region from its "
+                "own environment (AWS_REGION, AWS_DEFAULT_REGION, its profile). Two hosts that resolve "
+                "different regions lock in different tables and never exclude each other.",
+                "Set REGION_NAME, e.g. 'eu-west-1'.",
+            )
+        )
     if typed_ok["KEY_ATTRIBUTE"] and typed_ok["TTL_ATTRIBUTE"] and values["KEY_ATTRIBUTE"] == values["TTL_ATTRIBUTE"]:
         found.append(Problem("dynlock.E014", f"{_where(alias)} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ.", None))
     if numbers_ok and config is not None:
         budget = call_budget(config)
         if budget > lease / 2:
-            found.append(Problem("dynlock.W001",
-                                 f"{_where(alias, 'CLIENT_CONFIG')}: one DynamoDB call can take up to {budget:g}s (attempts x "
-                                 f"(connect + read timeout)), more than half of LEASE_DURATION ({lease}s).",
-                                 "A slow heartbeat could outlast the lease: lower connect_timeout, read_timeout or "
-                                 "retries.total_max_attempts, or lengthen LEASE_DURATION."))
+            found.append(
+                Problem(
+                    "dynlock.W001",
+                    f"{_where(alias, 'CLIENT_CONFIG')}: one DynamoDB call can take up to {budget:g}s (attempts x "
+                    f"(connect + read timeout)), more than half of LEASE_DURATION ({lease}s).",
+                    "A slow heartbeat could outlast the lease: lower connect_timeout, read_timeout or "
+                    "retries.total_max_attempts, or lengthen LEASE_DURATION.",
+                )
+            )
         if values["MAX_CLOCK_SKEW"] is not None:
-            found.append(Problem("dynlock.W002",
-                                 f"{_where(alias, 'MAX_CLOCK_SKEW')} is set, but no longer used: every acquire now takes "
-                                 "over an expired lease by DynamoDB's own clock, which no host's clock can move.",
-                                 "Remove MAX_CLOCK_SKEW from the alias."))
+            found.append(
+                Problem(
+                    "dynlock.W002",
+                    f"{_where(alias, 'MAX_CLOCK_SKEW')} is set, but no longer used: every acquire now takes "
+                    "over an expired lease by DynamoDB's own clock, which no host's clock can move.",
+                    "Remove MAX_CLOCK_SKEW from the alias.",
+                )
+            )
     return found
 
 
@@ -223,17 +315,27 @@ def _raw_setting() -> Any:
     return getattr(settings, "DYNLOCK", {DEFAULT_ALIAS: {}})
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def problems() -> tuple[Problem, ...]:
     """Everything wrong with ``settings.DYNLOCK`` (cached until the setting changes)."""
     raw = _raw_setting()
     if not isinstance(raw, dict):
-        return (Problem("dynlock.E001", f"DYNLOCK must be a dict of aliases like CACHES, got {type(raw).__name__}.",
-                        'Write DYNLOCK = {"default": {"TABLE_NAME": "django_dynlock"}}.'),)
+        return (
+            Problem(
+                "dynlock.E001",
+                f"DYNLOCK must be a dict of aliases like CACHES, got {type(raw).__name__}.",
+                'Write DYNLOCK = {"default": {"TABLE_NAME": "django_dynlock"}}.',
+            ),
+        )
     found: list[Problem] = []
     if DEFAULT_ALIAS not in raw:
-        found.append(Problem("dynlock.E002", "DYNLOCK has no 'default' alias.",
-                             f"Add DYNLOCK['default'] (aliases present: {', '.join(map(repr, raw)) or 'none'})."))
+        found.append(
+            Problem(
+                "dynlock.E002",
+                "DYNLOCK has no 'default' alias.",
+                f"Add DYNLOCK['default'] (aliases present: {', '.join(map(repr, raw)) or 'none'}).",
+            )
+        )
     for alias, conf in raw.items():
         found.extend(_alias_problems(str(alias), conf))
     return tuple(found)
@@ -244,7 +346,7 @@ def aliases() -> list[str]:
     return list(raw) if isinstance(raw, dict) else []
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def get_options(alias: str = DEFAULT_ALIAS) -> ClientOptions:
     """Validated options of one alias; ConfigurationError says what to fix."""
     raw = _raw_setting()

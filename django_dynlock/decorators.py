@@ -17,9 +17,10 @@ import re
 import string
 import threading
 import urllib.parse
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Callable, Mapping, Sequence, TypeVar, Union, cast
+from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
@@ -33,8 +34,8 @@ from .exceptions import DynLockError, InvalidArgument, InvalidKey, LockLost, Loc
 logger = logging.getLogger("django_dynlock")
 
 F = TypeVar("F", bound=Callable[..., Any])
-KeySpec = Union[str, Callable[..., Union[str, Sequence[str]]]]
-Handle = Union[Lease, LeaseGroup]
+KeySpec = str | Callable[..., str | Sequence[str]]
+Handle = Lease | LeaseGroup
 
 RAISE, SKIP = "raise", "skip"
 ON_LOST = ("raise", "log")
@@ -102,13 +103,19 @@ def _placeholders(template: str) -> list[str]:
             continue
         root = field.split(".", 1)[0].split("[", 1)[0]
         if not root or root.isdigit():
-            raise InvalidArgument(f"lock key template {template!r}: use named placeholders like {{order_id}}, not {{{field}}}")
+            raise InvalidArgument(
+                f"lock key template {template!r}: use named placeholders like {{order_id}}, not {{{field}}}"
+            )
         if "[" in field:
-            raise InvalidArgument(f"lock key template {template!r}: {{{field}}} indexes into a value; name a parameter "
-                                  "or an attribute of one ({order.pk}), or pass a callable key")
+            raise InvalidArgument(
+                f"lock key template {template!r}: {{{field}}} indexes into a value; name a parameter "
+                "or an attribute of one ({order.pk}), or pass a callable key"
+            )
         if any(part.startswith("_") for part in field.split(".")[1:]):
-            raise InvalidArgument(f"lock key template {template!r}: {{{field}}} reaches a private attribute; use a "
-                                  "public one ({self.pk})")
+            raise InvalidArgument(
+                f"lock key template {template!r}: {{{field}}} reaches a private attribute; use a "
+                "public one ({self.pk})"
+            )
         names.append(root)
     return names
 
@@ -143,7 +150,8 @@ class _KeyFormatter(string.Formatter):
             raise InvalidArgument(
                 f"lock key template {self.template!r}: {{{self.field}}} is a {kind} written as {text!r}, "
                 "which names the object's address, so no two calls would share the lock; use an attribute "
-                f"({{{self.field}.pk}}) or give {kind} a __str__")
+                f"({{{self.field}.pk}}) or give {kind} a __str__"
+            )
         return urllib.parse.quote(text, safe="") if self.quote else text
 
 
@@ -162,7 +170,8 @@ def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspe
             if _is_broken_template(key):
                 raise InvalidArgument(
                     f"lock key template {key!r} has a placeholder without its closing brace; write "
-                    f"{{name}}, or pass a callable key if the brace belongs to the key")
+                    f"{{name}}, or pass a callable key if the brace belongs to the key"
+                )
             continue
         for name in _placeholders(key):
             if name not in params and not takes_any:
@@ -188,8 +197,9 @@ def _namespace(signature: inspect.Signature | None, args: tuple, kwargs: dict) -
     return names
 
 
-def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args: tuple, kwargs: dict,
-             quote: bool = False) -> list[str]:
+def _resolve(
+    keys: Sequence[KeySpec], signature: inspect.Signature | None, args: tuple, kwargs: dict, quote: bool = False
+) -> list[str]:
     namespace: dict[str, Any] | None = None
     resolved: list[str] = []
     for key in keys:
@@ -201,8 +211,10 @@ def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args:
                 resolved.extend(value)  # each is checked like any key (a str, not empty)
             else:
                 name = getattr(key, "__qualname__", repr(key))
-                raise InvalidKey(f"the lock key function {name} returned {type(value).__name__}; "
-                                 "it must return a key (str) or a list of keys")
+                raise InvalidKey(
+                    f"the lock key function {name} returned {type(value).__name__}; "
+                    "it must return a key (str) or a list of keys"
+                )
             continue
         if not _is_template(key):
             resolved.append(key)
@@ -212,7 +224,9 @@ def _resolve(keys: Sequence[KeySpec], signature: inspect.Signature | None, args:
         try:
             resolved.append(_KeyFormatter(key, quote).vformat(key, (), namespace))
         except (KeyError, AttributeError, IndexError) as exc:
-            raise InvalidArgument(f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}") from exc
+            raise InvalidArgument(
+                f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}"
+            ) from exc
     return resolved
 
 
@@ -224,7 +238,9 @@ def _find_request(args: tuple) -> HttpRequest | None:
     return None
 
 
-def _holder(func: Callable[..., Any] | None, request: HttpRequest | None, extra: Mapping[str, Any] | None) -> dict[str, Any]:
+def _holder(
+    func: Callable[..., Any] | None, request: HttpRequest | None, extra: Mapping[str, Any] | None
+) -> dict[str, Any]:
     holder: dict[str, Any] = {}
     if func is not None:
         name = f"{func.__module__}.{func.__qualname__}"
@@ -240,7 +256,9 @@ def _holder(func: Callable[..., Any] | None, request: HttpRequest | None, extra:
 
 def busy_response(error: LockNotAcquired, status: int = 423) -> HttpResponse:
     """The default answer of a view whose lock is busy: 423 Locked with Retry-After."""
-    response = HttpResponse(f"Locked: {error.key} is busy; try again later.\n", status=status, content_type="text/plain")
+    response = HttpResponse(
+        f"Locked: {error.key} is busy; try again later.\n", status=status, content_type="text/plain"
+    )
     # Always sent: a client that gets none retries at once. Without a hint (the key is
     # being acquired, or free but reserved for a waiter), the least: one second.
     response["Retry-After"] = str(max(1, math.ceil(error.retry_after or 0)))
@@ -276,7 +294,9 @@ class dynamo_lock:
                 if _is_template(key):
                     _placeholders(key)
         if on_busy is not None and not (on_busy in (RAISE, SKIP) or callable(on_busy) or _is_status(on_busy)):
-            raise InvalidArgument(f"on_busy must be 'raise', 'skip', an HTTP status code or a callable, got {on_busy!r}")
+            raise InvalidArgument(
+                f"on_busy must be 'raise', 'skip', an HTTP status code or a callable, got {on_busy!r}"
+            )
         if on_lost not in ON_LOST:
             raise InvalidArgument(f"on_lost must be one of {ON_LOST}, got {on_lost!r}")
         self.keys = keys
@@ -361,7 +381,7 @@ class dynamo_lock:
             # first argument of a call (e.g. the request) arrives here.
             raise InvalidArgument(
                 f"dynamo_lock must be called to make a decorator: write @dynamo_lock() or "
-                f"@dynamo_lock(\"name:{{arg}}\"), not @dynamo_lock (got {type(func).__name__})"
+                f'@dynamo_lock("name:{{arg}}"), not @dynamo_lock (got {type(func).__name__})'
             )
         if inspect.isgeneratorfunction(func) or inspect.isasyncgenfunction(func):
             # Calling one only creates the generator: the lock would be released before
@@ -395,7 +415,9 @@ class dynamo_lock:
                     raise
                 finally:
                     _held.reset(token)
-                    await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._finish, handle, failure))
+                    await asyncio.shield(
+                        asyncio.get_running_loop().run_in_executor(None, self._finish, handle, failure)
+                    )
 
             return cast(F, async_wrapper)
 
@@ -425,12 +447,16 @@ class dynamo_lock:
     # -- context manager ------------------------------------------------------------
     def _static_keys(self) -> list[str]:
         if self.on_busy not in (None, RAISE):
-            raise InvalidArgument("in a with block a busy lock raises LockNotAcquired: on_busy applies to decorated functions only")
+            raise InvalidArgument(
+                "in a with block a busy lock raises LockNotAcquired: on_busy applies to decorated functions only"
+            )
         if not self.keys:
-            raise InvalidArgument("dynamo_lock used as a context manager needs a key: with dynamo_lock(\"export\"): ...")
+            raise InvalidArgument('dynamo_lock used as a context manager needs a key: with dynamo_lock("export"): ...')
         if self.quote:
-            raise InvalidArgument("quote=True applies to the key templates of decorated functions; in a with block "
-                                  "the key is used as written: quote the values yourself (urllib.parse.quote)")
+            raise InvalidArgument(
+                "quote=True applies to the key templates of decorated functions; in a with block "
+                "the key is used as written: quote the values yourself (urllib.parse.quote)"
+            )
         keys = []
         for key in self.keys:
             # A plain key is used as written ("export:{", "a{{b"); a placeholder here
@@ -438,7 +464,7 @@ class dynamo_lock:
             if not isinstance(key, str) or _is_template(key):
                 raise InvalidArgument(
                     f"dynamo_lock used as a context manager takes plain keys, not templates or callables: "
-                    f"got {key!r}; format it yourself, e.g. dynamo_lock(f\"order:{{order.pk}}\")"
+                    f'got {key!r}; format it yourself, e.g. dynamo_lock(f"order:{{order.pk}}")'
                 )
             keys.append(key)
         return keys
@@ -452,7 +478,9 @@ class dynamo_lock:
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 
-    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         entry, entered, token = _pop_context(self)
         _held.reset(token)
         if entered:
@@ -468,7 +496,9 @@ class dynamo_lock:
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 
-    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         entry, entered, token = _pop_context(self)
         _held.reset(token)
         if entered:
@@ -503,16 +533,17 @@ async def _acquire_in_thread(acquire: Callable[[], Handle]) -> Handle:
     try:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
+
         def release_late(done: asyncio.Future) -> None:
             if not done.cancelled() and done.exception() is None:
                 try:
                     done.result().release()
                 except DynLockError as exc:
                     logger.warning("releasing a lease acquired after its caller was cancelled failed: %s", exc)
+
         future.add_done_callback(release_late)
         raise
 
 
 def _is_status(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool) and 400 <= value <= 599
-

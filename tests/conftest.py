@@ -53,7 +53,11 @@ TEST_ALIAS_SETTINGS = {
     "SESSION_OPTIONS": suite_session_options(),
     "LEASE_DURATION": 10.0,
     "HEARTBEAT_PERIOD": 1.0,
-    "CLIENT_CONFIG": {"connect_timeout": 1, "read_timeout": 2, "retries": {"total_max_attempts": 1, "mode": "standard"}},
+    "CLIENT_CONFIG": {
+        "connect_timeout": 1,
+        "read_timeout": 2,
+        "retries": {"total_max_attempts": 1, "mode": "standard"},
+    },
 }
 
 
@@ -129,7 +133,9 @@ def server_params() -> list[str]:
     chosen = [name.strip() for name in os.environ.get("DYNLOCK_TEST_SERVERS", "").split(",") if name.strip()]
     unknown = set(chosen) - set(SERVER_MATRIX)
     if unknown:
-        raise pytest.UsageError(f"DYNLOCK_TEST_SERVERS: unknown {sorted(unknown)}; choose from {', '.join(SERVER_MATRIX)}")
+        raise pytest.UsageError(
+            f"DYNLOCK_TEST_SERVERS: unknown {sorted(unknown)}; choose from {', '.join(SERVER_MATRIX)}"
+        )
     return chosen or SERVER_MATRIX
 
 
@@ -152,7 +158,8 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         names = set(getattr(item, "fixturenames", ()))
         proxied = TEST_ENDPOINT.startswith("https:") and (
-            "FaultProxy" in vars(item.module) or item.module.__name__.startswith("tests.reliability."))
+            "FaultProxy" in vars(item.module) or item.module.__name__.startswith("tests.reliability.")
+        )
         (keep if "server" in names and not names & LOCAL_SERVER_FIXTURES and not proxied else drop).append(item)
     if drop:
         config.hook.pytest_deselected(items=drop)
@@ -174,6 +181,7 @@ def delete_tables_of_this_run(endpoint_url: str) -> list[str]:
     """Delete the tables named with TABLE_PREFIX at ``endpoint_url``; return those still listed."""
     client = dummy_client(endpoint_url, read_timeout=30, max_attempts=5)
     try:
+
         def ours() -> list[str]:
             names, start = [], {}
             for _ in range(1000):  # pages of 100 tables

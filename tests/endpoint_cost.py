@@ -50,8 +50,10 @@ def units(record: RequestRecord) -> tuple[str, float] | None:
     if operation == "GetItem":
         return "read", consistent
     if operation == "BatchGetItem":
-        return "read", sum(len(v.get("Keys", [])) * (1.0 if v.get("ConsistentRead") else 0.5)
-                           for v in body.get("RequestItems", {}).values())
+        return "read", sum(
+            len(v.get("Keys", [])) * (1.0 if v.get("ConsistentRead") else 0.5)
+            for v in body.get("RequestItems", {}).values()
+        )
     if operation == "Scan":
         return "read", math.ceil(max(record.reply_bytes or 0, 1) / 4096) * consistent
     return None
@@ -66,8 +68,11 @@ def main(argv: list[str] | None = None) -> int:
     run = os.urandom(4).hex()
     with FaultProxy(args.endpoint, lifetime_seconds=3 * 3600, record=True) as proxy:  # no fault rates: a recorder
         env = dict(os.environ, DYNLOCK_TEST_RUN=run)
-        tests = subprocess.run(["make", "--no-print-directory", "test-endpoint",
-                                f"DYNLOCK_TEST_ENDPOINT={proxy.endpoint_url}"], cwd=REPO_ROOT, env=env)
+        tests = subprocess.run(
+            ["make", "--no-print-directory", "test-endpoint", f"DYNLOCK_TEST_ENDPOINT={proxy.endpoint_url}"],
+            cwd=REPO_ROOT,
+            env=env,
+        )
         log = list(proxy.log)
 
     requests: collections.Counter[str] = collections.Counter()
@@ -82,9 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     print("\n| operation | requests |\n|---|---:|")
     for operation, count in requests.most_common():
         print(f"| {operation} | {count} |")
-    print(f"\n{sum(requests.values())} requests: {spent['write']:.0f} write request units, "
-          f"{spent['read']:.0f} read request units; at on-demand prices in us-east-1 "
-          f"(${PRICE_PER_MILLION['write']} / ${PRICE_PER_MILLION['read']} per million) about ${dollars:.4f}")
+    print(
+        f"\n{sum(requests.values())} requests: {spent['write']:.0f} write request units, "
+        f"{spent['read']:.0f} read request units; at on-demand prices in us-east-1 "
+        f"(${PRICE_PER_MILLION['write']} / ${PRICE_PER_MILLION['read']} per million) about ${dollars:.4f}"
+    )
 
     client = dummy_client(args.endpoint)
     try:

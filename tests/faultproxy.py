@@ -57,9 +57,10 @@ import time
 import urllib.parse
 import uuid
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 __all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "RequestRecord", "ScriptedFault"]
 
@@ -229,7 +230,9 @@ class _Handler(BaseHTTPRequestHandler):
             if record is not None:
                 record.answered = time.time()
 
-    def _answer(self, proxy: FaultProxy, kind: str | None, delay: float, body: bytes, record: RequestRecord | None) -> None:
+    def _answer(
+        self, proxy: FaultProxy, kind: str | None, delay: float, body: bytes, record: RequestRecord | None
+    ) -> None:
         if kind in ("reset", "paused"):
             self._abort()
             return
@@ -241,9 +244,7 @@ class _Handler(BaseHTTPRequestHandler):
             return
 
         try:
-            status, reason, headers, payload = proxy._forward(
-                self.command, self.path, list(self.headers.items()), body
-            )
+            status, reason, headers, payload = proxy._forward(self.command, self.path, list(self.headers.items()), body)
         except (OSError, http.client.HTTPException) as exc:
             proxy._record_error(exc)
             self._reply(502, f"upstream error: {exc!r}".encode(), [("Content-Type", "text/plain")])
@@ -528,8 +529,10 @@ class FaultProxy:
                         fault.fired += 1
                         kind, delay = fault.kind, fault.delay_seconds or 0.0
                         break
-                if kind is None and self._rates and (
-                    self._rate_operations is None or operation in self._rate_operations
+                if (
+                    kind is None
+                    and self._rates
+                    and (self._rate_operations is None or operation in self._rate_operations)
                 ):
                     draw = self._rng.random()
                     for rate_kind, rate in self._rates:
@@ -565,7 +568,7 @@ class FaultProxy:
                 has_host = has_host or name.lower() == "host"
                 conn.putheader(name, value)
             if not has_host:
-                conn.putheader("Host", "%s:%d" % self._upstream)
+                conn.putheader("Host", "{}:{}".format(*self._upstream))
             if body or method not in ("GET", "HEAD", "DELETE", "OPTIONS"):
                 conn.putheader("Content-Length", str(len(body)))
             conn.endheaders(body or None)

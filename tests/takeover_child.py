@@ -23,6 +23,7 @@ import time
 
 from tests.workers import client_for, shift_wall_clock, true_wall
 
+
 class Report:
     def __init__(self, path: str):
         self._file = open(path, "a", buffering=1)
@@ -48,8 +49,17 @@ def track_writes(client, report: Report, label: str) -> None:
     client.boto.meta.events.register("after-call.dynamodb.UpdateItem", after_call)
 
 
-def main(role: str, endpoint: str, table: str, key: str, lease: str, offset: str, report_path: str,
-         seconds: str = "30", interval: str = "0.2") -> None:
+def main(
+    role: str,
+    endpoint: str,
+    table: str,
+    key: str,
+    lease: str,
+    offset: str,
+    report_path: str,
+    seconds: str = "30",
+    interval: str = "0.2",
+) -> None:
     shift_wall_clock(float(offset))
 
     lease_s = float(lease)

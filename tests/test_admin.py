@@ -112,7 +112,9 @@ def break_url(key: str) -> str:
 
 
 def keys_on(response) -> list[str]:
-    return [html.unescape(k) for k in re.findall(r'<tr class="dynlock-row" data-key="([^"]*)"', response.content.decode())]
+    return [
+        html.unescape(k) for k in re.findall(r'<tr class="dynlock-row" data-key="([^"]*)"', response.content.decode())
+    ]
 
 
 def next_link(response) -> str | None:
@@ -145,7 +147,7 @@ def put_leases(client, keys, *, holder=None, expires_in=60.0, held=True) -> None
             item[it.RELEASED_BY] = {"S": "someone"}
         requests.append({"PutRequest": {"Item": item}})
     for start in range(0, len(requests), 25):
-        batch = {client.options.table_name: requests[start:start + 25]}
+        batch = {client.options.table_name: requests[start : start + 25]}
         for _ in range(10):  # unprocessed items are retried, a bounded number of times
             reply = client.boto.batch_write_item(RequestItems=batch)
             batch = reply.get("UnprocessedItems") or {}
@@ -165,12 +167,16 @@ def test_lease_model_is_an_unmanaged_placeholder():
     assert opts.default_permissions == ()
     assert {codename for codename, _ in opts.permissions} == {"view_lease", "break_lease"}
     assert opts.pk.name == "key"
-    assert set(Permission.objects.filter(content_type__app_label="django_dynlock").values_list("codename", flat=True)) == {
-        "view_lease", "break_lease"}
+    assert set(
+        Permission.objects.filter(content_type__app_label="django_dynlock").values_list("codename", flat=True)
+    ) == {"view_lease", "break_lease"}
 
 
 def test_url_names_for_tools():
-    assert reverse("admin:django_dynlock_lease_break", args=(quote("a/b c"),)) == "/admin/django_dynlock/lease/a_2Fb%20c/break/"
+    assert (
+        reverse("admin:django_dynlock_lease_break", args=(quote("a/b c"),))
+        == "/admin/django_dynlock/lease/a_2Fb%20c/break/"
+    )
     assert reverse("admin:django_dynlock_lease_change", args=(quote("x"),)) == "/admin/django_dynlock/lease/x/"
     assert reverse(CHANGELIST) == "/admin/django_dynlock/lease/"
 
@@ -222,8 +228,10 @@ def test_staff_without_view_lease_get_403_everywhere(table, django_user_model):
         assert browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "x"}).status_code == 403
         response = browser.post(changelist_url(), {"action": "break_leases", "_selected_action": ["job:1"]})
         assert response.status_code == 403
-        response = browser.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
-                                                   "token": str(lease.token), "reason": "x"})
+        response = browser.post(
+            changelist_url(),
+            {"action": "break_leases", "post": "yes", "key": "job:1", "token": str(lease.token), "reason": "x"},
+        )
         assert response.status_code == 403
     assert lease.is_held and table.get("job:1").token == lease.token
 
@@ -248,8 +256,10 @@ def test_view_only_users_see_leases_but_cannot_break(table, viewer):
     assert viewer.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck"}).status_code == 403
     response = viewer.post(changelist_url(), {"action": "break_leases", "_selected_action": ["job:1"]})
     assert response.status_code == 403
-    response = viewer.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
-                                              "token": str(lease.token), "reason": "x"})
+    response = viewer.post(
+        changelist_url(),
+        {"action": "break_leases", "post": "yes", "key": "job:1", "token": str(lease.token), "reason": "x"},
+    )
     assert response.status_code == 403
     assert lease.is_held and table.get("job:1").token == lease.token
     assert not LogEntry.objects.exists()
@@ -267,8 +277,7 @@ def test_superusers_may_do_everything(table, django_user_model):
 
 # -- the list ----------------------------------------------------------------------------------
 def test_the_list_shows_holder_token_times_and_state(table, viewer):
-    lease = table.acquire("invoice:42", lease=30,
-                          holder={"view": "shop.views.pay", "user": "42", "path": "/pay/42/"})
+    lease = table.acquire("invoice:42", lease=30, holder={"view": "shop.views.pay", "user": "42", "path": "/pay/42/"})
     page = viewer.get(changelist_url())
     text = content(page)
     assert keys_on(page) == ["invoice:42"]
@@ -356,8 +365,19 @@ def test_the_detail_page_shows_every_attribute(table, viewer):
     lease = table.acquire("report:7", lease=30, holder={"command": "nightly", "user": "7", "shard": "eu-1"})
     text = content(viewer.get(detail_url("report:7")))
     info = table.get("report:7")
-    for value in [info.key, str(info.token), info.owner, info.rvn, info.host, str(info.pid), info.thread,
-                  "nightly", "eu-1", "shard", "gc_at"]:
+    for value in [
+        info.key,
+        str(info.token),
+        info.owner,
+        info.rvn,
+        info.host,
+        str(info.pid),
+        info.thread,
+        "nightly",
+        "eu-1",
+        "shard",
+        "gc_at",
+    ]:
         assert html.escape(value) in text, value
     lease.release()
     text = content(viewer.get(detail_url("report:7")))
@@ -376,8 +396,11 @@ def test_get_on_the_confirmation_page_breaks_nothing(table, operator):
     assert 'name="reason"' in text and f"Yes, break token {lease.token}" in text
     # A GET with the form's fields in the query string is still a GET.
     operator.get(break_url("job:1"), {"token": str(lease.token), "reason": "x"})
-    operator.get(changelist_url(action="break_leases", _selected_action="job:1", post="yes", key="job:1",
-                                token=str(lease.token), reason="x"))
+    operator.get(
+        changelist_url(
+            action="break_leases", _selected_action="job:1", post="yes", key="job:1", token=str(lease.token), reason="x"
+        )
+    )
     assert lease.is_held and table.get("job:1").token == lease.token
     assert not LogEntry.objects.exists()
 
@@ -408,7 +431,11 @@ def test_break_with_the_right_token(table, operator, operator_user, broken_signa
     assert "Broke the lease on" in content(page) and keys_on(page) == []
     # The item records who broke it and why.
     text = content(operator.get(detail_url("job:1")))
-    assert "dynlock-state-broken" in text and "stuck since noon" in text and f"admin:{operator_user.get_username()}" in text
+    assert (
+        "dynlock-state-broken" in text
+        and "stuck since noon" in text
+        and f"admin:{operator_user.get_username()}" in text
+    )
     # Recent actions on the admin index.
     index = content(operator.get(reverse("admin:index")))
     assert "Recent actions" in index and f'href="{detail_url("job:1")}"' in index
@@ -433,14 +460,17 @@ def test_break_with_a_stale_token_breaks_nothing(table, operator, broken_signals
     assert "Nothing to break" in content(operator.get(break_url("job:1")))
 
 
-@pytest.mark.parametrize("data", [
-    {"reason": "stuck"},
-    {"token": "", "reason": "stuck"},
-    {"token": "abc", "reason": "stuck"},
-    {"token": "TOKEN", "reason": ""},
-    {"token": "TOKEN", "reason": "   "},
-    {"token": "TOKEN", "reason": "x" * 501},
-])
+@pytest.mark.parametrize(
+    "data",
+    [
+        {"reason": "stuck"},
+        {"token": "", "reason": "stuck"},
+        {"token": "abc", "reason": "stuck"},
+        {"token": "TOKEN", "reason": ""},
+        {"token": "TOKEN", "reason": "   "},
+        {"token": "TOKEN", "reason": "x" * 501},
+    ],
+)
 def test_break_needs_a_token_and_a_reason(table, operator, data):
     lease = table.acquire("job:1", lease=30)
     data = {k: v.replace("TOKEN", str(lease.token)) for k, v in data.items()}
@@ -455,14 +485,17 @@ def test_csrf_is_enforced(table, operator_user):
     browser = client_for(operator_user, enforce_csrf_checks=True)
     response = browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck"})
     assert response.status_code == 403
-    response = browser.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
-                                               "token": str(lease.token), "reason": "stuck"})
+    response = browser.post(
+        changelist_url(),
+        {"action": "break_leases", "post": "yes", "key": "job:1", "token": str(lease.token), "reason": "stuck"},
+    )
     assert response.status_code == 403
     assert lease.is_held
     page = content(browser.get(break_url("job:1")))
     csrf = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page).group(1)
-    response = browser.post(break_url("job:1"), {"token": str(lease.token), "reason": "stuck",
-                                                 "csrfmiddlewaretoken": csrf})
+    response = browser.post(
+        break_url("job:1"), {"token": str(lease.token), "reason": "stuck", "csrfmiddlewaretoken": csrf}
+    )
     assert response.status_code == 302 and not lease.is_held
 
 
@@ -472,7 +505,9 @@ def test_break_selected_leases_from_the_list(table, operator, broken_signals):
     c = table.acquire("batch:c", lease=30)
     page = content(operator.get(changelist_url()))
     assert 'name="_selected_action" value="batch:a"' in page and 'value="break_leases"' in page
-    confirm = operator.post(changelist_url(), {"action": "break_leases", "_selected_action": ["batch:a", "batch:b", "gone"]})
+    confirm = operator.post(
+        changelist_url(), {"action": "break_leases", "_selected_action": ["batch:a", "batch:b", "gone"]}
+    )
     assert confirm.status_code == 200
     text = content(confirm)
     assert f'name="key" value="batch:a"><input type="hidden" name="token" value="{a.token}">' in text
@@ -483,8 +518,16 @@ def test_break_selected_leases_from_the_list(table, operator, broken_signals):
     b_token = b.token
     b.release()
     b2 = table.acquire("batch:b", lease=30)
-    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": ["batch:a", "batch:b"],
-                                                "token": [str(a.token), str(b_token)], "reason": "deploy stuck"})
+    response = operator.post(
+        changelist_url(),
+        {
+            "action": "break_leases",
+            "post": "yes",
+            "key": ["batch:a", "batch:b"],
+            "token": [str(a.token), str(b_token)],
+            "reason": "deploy stuck",
+        },
+    )
     assert response.status_code == 302
     assert not a.is_held and b2.is_held and c.is_held
     assert list(LogEntry.objects.values_list("object_id", flat=True)) == ["batch:a"]
@@ -500,11 +543,15 @@ def test_the_action_needs_a_selection_and_a_reason(table, operator):
     assert "Select the leases" in content(operator.get(response["Location"]))
     response = operator.post(changelist_url(), {"action": "", "_selected_action": ["job:1"]})
     assert response.status_code == 302
-    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
-                                                "token": str(lease.token), "reason": ""})
+    response = operator.post(
+        changelist_url(),
+        {"action": "break_leases", "post": "yes", "key": "job:1", "token": str(lease.token), "reason": ""},
+    )
     assert response.status_code == 400
-    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": ["job:1", "job:2"],
-                                                "token": str(lease.token), "reason": "x"})
+    response = operator.post(
+        changelist_url(),
+        {"action": "break_leases", "post": "yes", "key": ["job:1", "job:2"], "token": str(lease.token), "reason": "x"},
+    )
     assert response.status_code == 400
     assert lease.is_held and not LogEntry.objects.exists()
 
@@ -514,7 +561,7 @@ SCRIPT = "<script>alert('x')</script>"
 
 
 def test_keys_and_holder_data_are_escaped(table, operator):
-    key = f'{SCRIPT}"\'&<b>'
+    key = f"{SCRIPT}\"'&<b>"
     holder = {"view": SCRIPT, "user": "<img src=x onerror=alert(1)>", "note": SCRIPT}
     lease = table.acquire(key, lease=30, holder=holder)
     pages = [
@@ -532,8 +579,10 @@ def test_keys_and_holder_data_are_escaped(table, operator):
         assert "&lt;script&gt;" in text
     assert keys_on(pages[0]) == [key]
     # The break goes through with the escaped key round-tripping through the form.
-    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": key,
-                                                "token": str(lease.token), "reason": SCRIPT})
+    response = operator.post(
+        changelist_url(),
+        {"action": "break_leases", "post": "yes", "key": key, "token": str(lease.token), "reason": SCRIPT},
+    )
     assert response.status_code == 302 and not lease.is_held
     assert LogEntry.objects.get().object_id == key
     index = content(operator.get(reverse("admin:index")))
@@ -545,8 +594,13 @@ def test_no_secret_on_any_page(moto_server, settings, operator):
     endpoint = moto_server.endpoint_url.replace("http://", f"http://admin-user:{secret}@")
     existing, missing = table_name(), "missing-" + table_name()
     for name in (existing, missing):
-        settings.DYNLOCK = {"default": alias_settings(endpoint, name, SESSION_OPTIONS={
-            "aws_access_key_id": "AKIDSECRET" + secret[-6:], "aws_secret_access_key": secret})}
+        settings.DYNLOCK = {
+            "default": alias_settings(
+                endpoint,
+                name,
+                SESSION_OPTIONS={"aws_access_key_id": "AKIDSECRET" + secret[-6:], "aws_secret_access_key": secret},
+            )
+        }
         client = get_lock_client()
         lease = None
         if name == existing:
@@ -578,14 +632,20 @@ def test_a_missing_table_is_an_error_message_not_a_500(moto_server, settings, op
     assert response.status_code == 503 and "createlocktable" in content(response)
     response = operator.post(changelist_url(), {"action": "break_leases", "_selected_action": ["job:1"]})
     assert response.status_code == 200 and "createlocktable" in content(response)
-    response = operator.post(changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1",
-                                                "token": "1", "reason": "x"})
+    response = operator.post(
+        changelist_url(), {"action": "break_leases", "post": "yes", "key": "job:1", "token": "1", "reason": "x"}
+    )
     assert response.status_code == 302 and "createlocktable" in content(operator.get(response["Location"]))
 
 
 def test_an_unreachable_endpoint_is_an_error_message_not_a_500(settings, operator):
-    settings.DYNLOCK = {"default": alias_settings("http://127.0.0.1:9", "t-" + table_name(), CLIENT_CONFIG={
-        "connect_timeout": 0.5, "read_timeout": 0.5, "retries": {"total_max_attempts": 1}})}
+    settings.DYNLOCK = {
+        "default": alias_settings(
+            "http://127.0.0.1:9",
+            "t-" + table_name(),
+            CLIENT_CONFIG={"connect_timeout": 0.5, "read_timeout": 0.5, "retries": {"total_max_attempts": 1}},
+        )
+    }
     for url in all_urls():
         response = operator.get(url)
         assert response.status_code == 200
@@ -678,8 +738,11 @@ def _break_link(page) -> str:
     return html.unescape(re.search(r'<a href="([^"]*)" class="deletelink dynlock-break"', content(page)).group(1))
 
 
-@pytest.mark.parametrize("key", [".", "..", "é" * 1024, "~b64", "job:\x00", "a/../b"],
-                         ids=["dot", "dotdot", "2-KB-accented", "tilde", "nul", "slashes"])
+@pytest.mark.parametrize(
+    "key",
+    [".", "..", "é" * 1024, "~b64", "job:\x00", "a/../b"],
+    ids=["dot", "dotdot", "2-KB-accented", "tilde", "nul", "slashes"],
+)
 def test_every_key_gets_links_that_survive_browsers_and_request_line_limits(table, operator, key):
     # issue 14: "." and ".." became path segments that browsers resolve (the break link of
     # "." opened the detail page of a key named "break"), and a 2 KB key of accented
@@ -730,7 +793,7 @@ def test_the_admin_log_links_a_break_in_another_alias_to_that_alias(two_aliases,
 def test_items_the_library_did_not_write_show_as_malformed_rows(table, operator, moto_server):
     # issue 14: a foreign item, an expires_at of 1e20, a fractional fence or binary
     # attributes gave a 500 on every page that read them
-    from tests.helpers import MALFORMED_ITEMS, put_malformed_items
+    from tests.helpers import put_malformed_items
 
     keys = put_malformed_items(dummy_client(moto_server.endpoint_url), table.options.table_name)
     table.acquire("good:1", lease=30)
@@ -774,7 +837,7 @@ def test_a_break_whose_replies_were_lost_is_audited_once_a_reload_confirms_it(ta
         assert "may have been broken: DynamoDB&#x27;s replies were lost. Reload the page to see" in page
         assert not LogEntry.objects.exists()
         page = content(operator.get(response["Location"]))  # the next one can
-        assert "Confirmed: the lease on &#x27;job:lost&#x27; (token %d) was broken." % lease.token in page
+        assert f"Confirmed: the lease on &#x27;job:lost&#x27; (token {lease.token}) was broken." in page
         entry = LogEntry.objects.get()
         assert entry.change_message == f"Broke the lease on 'job:lost', token {lease.token}. Reason: stuck"
         operator.get(response["Location"])

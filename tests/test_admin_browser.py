@@ -30,8 +30,15 @@ from tests.workers import client_for
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
 CHROMIUM = "/usr/bin/chromium"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-                 "--disable-sync", "--no-first-run", "--disable-dev-shm-usage"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-dev-shm-usage",
+]
 SCREENSHOTS = os.environ.get("DYNLOCK_SCREENSHOTS") == "1"
 IMG = REPO_ROOT / "docs" / "img"
 STEP_TIMEOUT_MS = 20_000
@@ -94,9 +101,15 @@ def holder_process(lock_table, tmp_path):
     """Another process holding ``victim`` (8 s lease, renewed every 2 s) for up to 120 s."""
     endpoint, table, _ = lock_table
     report = tmp_path / "holder.report"
-    process = subprocess.Popen([sys.executable, "-m", "tests.workers", endpoint, table, "8", str(report), "120"],
-                               cwd=str(REPO_ROOT), env=server_env(), stdin=subprocess.DEVNULL,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tests.workers", endpoint, table, "8", str(report), "120"],
+        cwd=str(REPO_ROOT),
+        env=server_env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     try:
         acquired = wait_for_line(report, r"ACQUIRED (\d+)$", timeout=30)
         assert acquired, "the holder process did not acquire its lease"
@@ -121,8 +134,9 @@ def test_break_a_lease_held_by_another_process(admin_server, lock_table, holder_
     changelist = f"{base}/admin/django_dynlock/lease/"
 
     with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS,
-                                             timeout=60_000)
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000
+        )
         try:
             page = browser.new_page(viewport={"width": 1280, "height": 760})
             page.set_default_timeout(STEP_TIMEOUT_MS)
@@ -160,7 +174,9 @@ def test_break_a_lease_held_by_another_process(admin_server, lock_table, holder_
 
             # Back on the list: a success message, and the lease is gone.
             expect(page).to_have_url(changelist)
-            expect(page.locator("ul.messagelist li.success")).to_contain_text(f"Broke the lease on 'victim' (token {token})")
+            expect(page.locator("ul.messagelist li.success")).to_contain_text(
+                f"Broke the lease on 'victim' (token {token})"
+            )
             expect(page.locator('tr[data-key="victim"]')).to_have_count(0)
             expect(page.locator('tr[data-key="invoice:42"]')).to_have_count(1)
 

@@ -32,16 +32,26 @@ def test_missing_table(server, settings):
 
 
 def test_unreachable_endpoint(settings):
-    settings.DYNLOCK = {"default": alias_settings("http://127.0.0.1:9", "unreachable", CLIENT_CONFIG={"connect_timeout": 0.5, "retries": {"total_max_attempts": 1}})}
+    settings.DYNLOCK = {
+        "default": alias_settings(
+            "http://127.0.0.1:9",
+            "unreachable",
+            CLIENT_CONFIG={"connect_timeout": 0.5, "retries": {"total_max_attempts": 1}},
+        )
+    }
     assert table_check_ids() == ["dynlock.E102"]
 
 
 def test_wrong_key_schema(server, settings):
     name = table_name()
     dummy_client(server.endpoint_url).create_table(
-        TableName=name, BillingMode="PAY_PER_REQUEST",
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}],
-        AttributeDefinitions=[{"AttributeName": "pk", "AttributeType": "S"}, {"AttributeName": "sk", "AttributeType": "S"}],
+        AttributeDefinitions=[
+            {"AttributeName": "pk", "AttributeType": "S"},
+            {"AttributeName": "sk", "AttributeType": "S"},
+        ],
     )
     settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, name)}
     assert "dynlock.E103" in table_check_ids()
@@ -52,7 +62,8 @@ def test_wrong_key_schema(server, settings):
 def test_ttl_disabled_warns_and_create_table_enables_it(moto_server, settings):
     name = table_name()
     dummy_client(moto_server.endpoint_url).create_table(
-        TableName=name, BillingMode="PAY_PER_REQUEST",
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"}],
     )

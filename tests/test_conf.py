@@ -73,14 +73,18 @@ def test_endpoint_with_credentials_is_not_echoed(settings):
     assert message.id == "dynlock.E011" and "s3cret" not in message.msg
 
 
-@pytest.mark.parametrize("name, value, secret, type_name", [
-    # issue 14: a mapping that is not a dict, holding keys; a bytes URL with a password
-    ("SESSION_OPTIONS", MappingProxyType({"aws_secret_access_key": "TOPSECRET"}), "TOPSECRET", "mappingproxy"),
-    ("ENDPOINT_URL", b"http://user:s3cret@127.0.0.1:8000", "s3cret", "bytes"),
-    ("CLIENT_CONFIG", [("proxies", {"https": "http://user:s3cret@proxy:3128"})], "s3cret", "list"),
-])
-def test_a_setting_of_the_wrong_type_that_may_hold_secrets_is_named_by_its_type_only(settings, name, value, secret,
-                                                                                     type_name):
+@pytest.mark.parametrize(
+    "name, value, secret, type_name",
+    [
+        # issue 14: a mapping that is not a dict, holding keys; a bytes URL with a password
+        ("SESSION_OPTIONS", MappingProxyType({"aws_secret_access_key": "TOPSECRET"}), "TOPSECRET", "mappingproxy"),
+        ("ENDPOINT_URL", b"http://user:s3cret@127.0.0.1:8000", "s3cret", "bytes"),
+        ("CLIENT_CONFIG", [("proxies", {"https": "http://user:s3cret@proxy:3128"})], "s3cret", "list"),
+    ],
+)
+def test_a_setting_of_the_wrong_type_that_may_hold_secrets_is_named_by_its_type_only(
+    settings, name, value, secret, type_name
+):
     settings.DYNLOCK = {"default": {**GOOD, name: value}}
     (message,) = checks.run_checks(tags=["dynlock"])
     assert message.id == "dynlock.E005" and message.msg.endswith(f"got {type_name}.")
@@ -96,11 +100,14 @@ def test_a_setting_of_the_wrong_type_with_no_secret_shows_its_value(settings):
     assert message.id == "dynlock.E005" and message.msg.endswith("got '30'.")
 
 
-@pytest.mark.parametrize("alias, warned", [
-    ({}, True),  # against AWS, the region of each host's environment: issue 14
-    ({"REGION_NAME": "eu-west-1"}, False),
-    ({"ENDPOINT_URL": "http://127.0.0.1:8001"}, False),  # a local server: one table whatever the region
-])
+@pytest.mark.parametrize(
+    "alias, warned",
+    [
+        ({}, True),  # against AWS, the region of each host's environment: issue 14
+        ({"REGION_NAME": "eu-west-1"}, False),
+        ({"ENDPOINT_URL": "http://127.0.0.1:8001"}, False),  # a local server: one table whatever the region
+    ],
+)
 def test_an_implicit_region_against_aws_is_a_warning(settings, alias, warned):
     settings.DYNLOCK = {"default": alias}
     found = checks.run_checks(tags=["dynlock"])
@@ -125,7 +132,10 @@ def test_defaults_warn_only_that_the_region_is_implicit(settings):
 
 
 def test_good_settings_with_a_botocore_config_are_clean(settings):
-    settings.DYNLOCK = {"default": {**GOOD, "CLIENT_CONFIG": Config(read_timeout=1)}, "reports": {**GOOD, "TABLE_NAME": "reports"}}
+    settings.DYNLOCK = {
+        "default": {**GOOD, "CLIENT_CONFIG": Config(read_timeout=1)},
+        "reports": {**GOOD, "TABLE_NAME": "reports"},
+    }
     assert checks.run_checks(tags=["dynlock"]) == []
     assert get_options().client_config.read_timeout == 1
     assert get_options().client_config.connect_timeout == 1.0  # our default kept under the user's
@@ -147,8 +157,13 @@ def test_bad_alias_refuses_to_build_a_client(settings):
 
 
 def test_secrets_never_in_repr(settings):
-    settings.DYNLOCK = {"default": {**GOOD, "SESSION_OPTIONS": {"aws_secret_access_key": "TOPSECRET", "aws_access_key_id": "AKIDX"},
-                                    "ENDPOINT_URL": "http://user:s3cret@127.0.0.1:8000"}}
+    settings.DYNLOCK = {
+        "default": {
+            **GOOD,
+            "SESSION_OPTIONS": {"aws_secret_access_key": "TOPSECRET", "aws_access_key_id": "AKIDX"},
+            "ENDPOINT_URL": "http://user:s3cret@127.0.0.1:8000",
+        }
+    }
     client = get_lock_client()
     assert "TOPSECRET" not in repr(client) and "TOPSECRET" not in repr(client.options)
     assert "AKIDX" not in repr(client.options)
@@ -169,6 +184,11 @@ def test_importing_the_app_reads_no_settings():
 
     # With settings not configured at all, importing must not touch them.
     code = "import django_dynlock, django_dynlock.checks, django_dynlock.conf; print('ok')"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "."})
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
+    )
     assert result.returncode == 0, result.stderr

@@ -131,6 +131,7 @@ def count_writes(dynlock):
 
 def test_template_errors_are_caught_when_decorating():
     with pytest.raises(InvalidArgument, match=r"refers to \{ordr_id\}.*parameters: request, order_id"):
+
         @dynamo_lock("order:{ordr_id}")
         def view(request, order_id): ...
 
@@ -197,6 +198,7 @@ def test_a_key_without_placeholders_is_the_same_literal_key_in_a_with_block_and_
 
 def test_a_template_with_an_unclosed_placeholder_is_refused_at_decoration():
     with pytest.raises(InvalidArgument, match="without its closing brace"):
+
         @dynamo_lock("order:{order_id")
         def pay(order_id):
             pass
@@ -322,6 +324,7 @@ def test_lease_lost_during_the_call_raises_after_it_returns(dynlock):
     sent = []
     lock_lost.connect(receiver := (lambda **kw: sent.append(kw["reason"])), weak=False)
     try:
+
         @dynamo_lock("fragile")
         def work():
             lease = dynamo_lock.current()
@@ -346,6 +349,7 @@ def test_a_lease_that_ran_out_during_the_call_is_reported_once(dynlock):
     sent = []
     lock_lost.connect(receiver := (lambda **kw: sent.append(kw["reason"])), weak=False)
     try:
+
         @dynamo_lock("slow", lease=1.5)
         def work():
             dynlock._heartbeater.stop()  # no renewals: a process paused past its lease
@@ -366,6 +370,7 @@ def test_signals_carry_the_documented_arguments(dynlock):
     def remember(signal_name):
         def receiver(sender, **kwargs):
             seen[signal_name] = kwargs
+
         return receiver
 
     receivers = {lock_acquired: remember("acquired"), lock_released: remember("released"), lock_busy: remember("busy")}
@@ -408,11 +413,13 @@ def test_current_is_only_what_this_thread_or_task_holds(dynlock):
 
 def test_a_generator_function_is_refused_at_decoration(dynlock):
     with pytest.raises(InvalidArgument, match="generator function .*gen.*unlocked"):
+
         @dynamo_lock("stream")
         def gen():
             yield 1
 
     with pytest.raises(InvalidArgument, match="generator function"):
+
         @dynamo_lock("stream")
         async def agen():
             yield 1
@@ -476,13 +483,16 @@ def test_a_template_field_that_formats_as_an_address_is_refused(mock_dynlock):
     assert ran == ["<Job object at 0x1>", 42]
 
 
-@pytest.mark.parametrize("template, says", [
-    ("job:{job[0]}", "indexes into a value"),
-    ("job:{job[id]}", "indexes into a value"),
-    ("job:{job.__class__}", "private attribute"),
-    ("job:{job.__dict__}", "private attribute"),
-    ("job:{job._state.db}", "private attribute"),
-])
+@pytest.mark.parametrize(
+    "template, says",
+    [
+        ("job:{job[0]}", "indexes into a value"),
+        ("job:{job[id]}", "indexes into a value"),
+        ("job:{job.__class__}", "private attribute"),
+        ("job:{job.__dict__}", "private attribute"),
+        ("job:{job._state.db}", "private attribute"),
+    ],
+)
 def test_template_fields_that_index_or_reach_private_attributes_are_refused_at_decoration(template, says):
     with pytest.raises(InvalidArgument, match=says):
         dynamo_lock(template)

@@ -19,29 +19,45 @@ from tests.servers import REPO_ROOT, dummy_client
 
 pytestmark = pytest.mark.slow
 
-FAILING = '''
+FAILING = """
 def test_fails_after_making_a_table(dynlock):
     dynlock.acquire("left-held")
     assert False, "on purpose: the run's tables must go all the same"
-'''
+"""
 
 
 def run_against(endpoint: str, run: str, *args: str) -> subprocess.CompletedProcess:
     env = dict(os.environ, DYNLOCK_TEST_ENDPOINT=endpoint, DYNLOCK_TEST_RUN=run)
-    return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
-                          cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", *args],
+        cwd=REPO_ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
 
 
 def test_a_run_against_an_endpoint_uses_only_it_and_deletes_its_tables(dynamodb_local_server, tmp_path):
     endpoint = dynamodb_local_server.endpoint_url
     admin = dummy_client(endpoint)
     bystander = "not-from-this-run"
-    admin.create_table(TableName=bystander, KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
-                       AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}], BillingMode="PAY_PER_REQUEST")
+    admin.create_table(
+        TableName=bystander,
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
     failing = REPO_ROOT / "tests" / f"test_zz_endpoint_failing_{os.getpid()}.py"
     try:
-        passed = run_against(endpoint, "ep1", "tests/test_engine.py", "tests/test_checks_table.py", "-k",
-                             "uncontended or heartbeats_keep or create_table_is_idempotent or missing_table or bad_arguments")
+        passed = run_against(
+            endpoint,
+            "ep1",
+            "tests/test_engine.py",
+            "tests/test_checks_table.py",
+            "-k",
+            "uncontended or heartbeats_keep or create_table_is_idempotent or missing_table or bad_arguments",
+        )
         assert passed.returncode == 0, passed.stdout[-3000:] + passed.stderr[-3000:]
         counts = re.search(r"(\d+) passed.*?(\d+) deselected", passed.stdout)
         assert counts and int(counts[1]) >= 2, passed.stdout[-2000:]
@@ -72,6 +88,9 @@ def test_the_cost_of_a_run_counts_units_by_dynamodbs_rules():
     assert units(record("BatchWriteItem", {"RequestItems": {"t": [{}, {}]}})) == ("write", 2.0)
     assert units(record("GetItem", {"ConsistentRead": True})) == ("read", 1.0)
     assert units(record("GetItem")) == ("read", 0.5)
-    assert units(record("BatchGetItem", {"RequestItems": {"t": {"Keys": [{}, {}], "ConsistentRead": True}}})) == ("read", 2.0)
+    assert units(record("BatchGetItem", {"RequestItems": {"t": {"Keys": [{}, {}], "ConsistentRead": True}}})) == (
+        "read",
+        2.0,
+    )
     assert units(record("Scan", {"ConsistentRead": True}, reply_bytes=10_000)) == ("read", 3.0)
     assert units(record("CreateTable")) is None

@@ -90,7 +90,9 @@ def test_tokens_increase_across_release_break_and_item_deletion(dynlock):
     # What TTL does to an idle item, which it does no sooner than a lease + RETENTION
     # after the last write: the counter restarts from the clock, still higher.
     time.sleep(1.1)
-    dummy_client(dynlock.server.endpoint_url).delete_item(TableName=dynlock.options.table_name, Key={"key": {"S": "fence"}})
+    dummy_client(dynlock.server.endpoint_url).delete_item(
+        TableName=dynlock.options.table_name, Key={"key": {"S": "fence"}}
+    )
     other = other_client(dynlock)
     tokens.append(other.acquire("fence").token)
     other.close()
@@ -226,7 +228,7 @@ def test_release_twice_and_release_after_takeover(dynlock):
 def test_context_manager_never_swallows_the_callers_exception(dynlock):
     with pytest.raises(ZeroDivisionError):
         with dynlock.acquire("boom"):
-            1 / 0
+            1 / 0  # noqa: B018 (the error is the point)
     assert dynlock.get("boom") is None
 
 
@@ -318,7 +320,9 @@ def test_closed_client(mock_dynlock):
 
 
 def test_missing_table_says_run_createlocktable(moto_server):
-    client = LockClient(ClientOptions(table_name="no-such-table", endpoint_url=moto_server.endpoint_url, region_name="us-east-1"))
+    client = LockClient(
+        ClientOptions(table_name="no-such-table", endpoint_url=moto_server.endpoint_url, region_name="us-east-1")
+    )
     with pytest.raises(TableNotFound, match="createlocktable") as missing:
         client.acquire("k")
     # issue 14: each region has its own tables; the message says which one was looked in
@@ -508,7 +512,8 @@ def _guess_from_the_fence(lease, item) -> bool:
 
     info = LeaseInfo.from_item(item, key_attribute="key", key_prefix="") if item else None
     return info is not None and (
-        info.released_by == lease.owner or (lease.is_held and (info.token or 0) > lease.token and not info.was_broken))
+        info.released_by == lease.owner or (lease.is_held and (info.token or 0) > lease.token and not info.was_broken)
+    )
 
 
 @pytest.mark.parametrize("reverted", [False, True], ids=["fixed", "fix-reverted"])
@@ -572,9 +577,11 @@ def test_holder_metadata_that_could_fill_the_item_is_refused_before_any_request(
     # its release nor a break (which add attributes) could be written.
     huge = {f"field{i}": "x" * 1000 for i in range(390)}
     with count_calls(mock_dynlock) as calls:
-        for attempt in (lambda: mock_dynlock.acquire("big", holder=huge),
-                        lambda: mock_dynlock.try_acquire("big", holder=huge),
-                        lambda: mock_dynlock.acquire_many(["big", "bigger"], holder=huge)):
+        for attempt in (
+            lambda: mock_dynlock.acquire("big", holder=huge),
+            lambda: mock_dynlock.try_acquire("big", holder=huge),
+            lambda: mock_dynlock.acquire_many(["big", "bigger"], holder=huge),
+        ):
             with pytest.raises(InvalidArgument, match=r"holder metadata is \d+ bytes .* at most 4096"):
                 attempt()
     assert sum(calls.values()) == 0 and mock_dynlock.get("big") is None
@@ -588,12 +595,19 @@ def test_holder_metadata_that_could_fill_the_item_is_refused_before_any_request(
         lease.release()
 
 
-@pytest.mark.parametrize("options, says", [
-    ({"region_name": "us east 1", "session_options": {"aws_access_key_id": "a", "aws_secret_access_key": "b"}},
-     "REGION_NAME 'us east 1' is not an AWS region name"),
-    ({"region_name": "us-east-1", "session_options": {"profile_name": "no-such-profile"}},
-     "the AWS profile 'no-such-profile' is not in the AWS config"),
-])
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        (
+            {"region_name": "us east 1", "session_options": {"aws_access_key_id": "a", "aws_secret_access_key": "b"}},
+            "REGION_NAME 'us east 1' is not an AWS region name",
+        ),
+        (
+            {"region_name": "us-east-1", "session_options": {"profile_name": "no-such-profile"}},
+            "the AWS profile 'no-such-profile' is not in the AWS config",
+        ),
+    ],
+)
 def test_a_bad_region_or_profile_is_a_configuration_error_at_once(options, says):
     # issue 14: both were a retryable BackendError ("client error ... InvalidRegionError")
     from django_dynlock import ConfigurationError
@@ -606,4 +620,3 @@ def test_a_bad_region_or_profile_is_a_configuration_error_at_once(options, says)
         assert time.monotonic() - started < 1.0
     finally:
         client.close()
-

@@ -38,8 +38,16 @@ def test_processes_never_overlap_and_lose_no_update(dynlock, tmp_path):
 def start_holder(dynlock, tmp_path, lease_seconds: float, seconds: float) -> tuple[subprocess.Popen, Path]:
     report = tmp_path / "holder.log"
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", dynlock.server.endpoint_url, dynlock.options.table_name,
-         str(lease_seconds), str(report), str(seconds)],
+        [
+            sys.executable,
+            "-m",
+            "tests.workers",
+            dynlock.server.endpoint_url,
+            dynlock.options.table_name,
+            str(lease_seconds),
+            str(report),
+            str(seconds),
+        ],
         cwd=Path(__file__).resolve().parent.parent,
     )
     deadline = time.monotonic() + 30
@@ -106,9 +114,18 @@ def is_release(body):
 @pytest.mark.parametrize("attempts", [1, 2], ids=["our-retry", "botocore-retry"])
 def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
-        config = {"retries": {"total_max_attempts": attempts, "mode": "standard"}, "read_timeout": 1, "connect_timeout": 1}
-        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=1.5,
-                            heartbeat_period=0.3, client_config=config)
+        config = {
+            "retries": {"total_max_attempts": attempts, "mode": "standard"},
+            "read_timeout": 1,
+            "connect_timeout": 1,
+        }
+        holder = client_for(
+            proxy.endpoint_url,
+            dynlock.options.table_name,
+            lease_duration=1.5,
+            heartbeat_period=0.3,
+            client_config=config,
+        )
         rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
         try:
             acquire_drop = proxy.add_fault("drop_reply", operation="UpdateItem", match=is_acquire)
@@ -139,8 +156,13 @@ def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock
     events: list[tuple[str, float]] = []
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
         config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 0.5, "connect_timeout": 0.5}
-        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=2.0,
-                            heartbeat_period=0.5, client_config=config)
+        holder = client_for(
+            proxy.endpoint_url,
+            dynlock.options.table_name,
+            lease_duration=2.0,
+            heartbeat_period=0.5,
+            client_config=config,
+        )
         holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
         rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
         try:
@@ -171,8 +193,11 @@ def test_a_break_whose_reply_was_lost_still_reports_broken(dynlock):
         operator = client_for(proxy.endpoint_url, dynlock.options.table_name)
         try:
             lease = dynlock.acquire("lossy-break")
-            dropped = proxy.add_fault("drop_reply", operation="UpdateItem",
-                                      match=lambda body: "#break_reason" in body.get("UpdateExpression", ""))
+            dropped = proxy.add_fault(
+                "drop_reply",
+                operation="UpdateItem",
+                match=lambda body: "#break_reason" in body.get("UpdateExpression", ""),
+            )
             assert operator.break_lease("lossy-break", token=lease.token, reason="stuck")
             assert dropped.fired == 1 and dynlock.get("lossy-break") is None
             assert not operator.break_lease("lossy-break", token=lease.token)  # nothing left to break
@@ -220,7 +245,10 @@ def test_a_break_that_cannot_be_read_back_is_unconfirmed_until_dynamodb_answers(
                 operator.break_lease("unconfirmed", token=lease.token, reason="stuck")
             assert unknown.value.token == lease.token and broken == []
             assert dynlock.get("unconfirmed") is None  # it did land
-            assert operator.confirm_break("unconfirmed", token=lease.token, mark=unknown.value.mark, reason="stuck") is True
+            assert (
+                operator.confirm_break("unconfirmed", token=lease.token, mark=unknown.value.mark, reason="stuck")
+                is True
+            )
             assert [info["reason"] for info in broken] == ["stuck"]
             # a break that did not land is told apart: the same lease still holds
             second = other.acquire("unconfirmed")
@@ -239,8 +267,13 @@ def test_a_release_that_cannot_reach_dynamodb_is_retried_until_it_lands(dynlock)
     a conditional release is safe to repeat at any time."""
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
         config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 0.3, "connect_timeout": 0.3}
-        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=1.5,
-                            heartbeat_period=0.5, client_config=config)
+        holder = client_for(
+            proxy.endpoint_url,
+            dynlock.options.table_name,
+            lease_duration=1.5,
+            heartbeat_period=0.5,
+            client_config=config,
+        )
         try:
             lease = holder.acquire("outage-release")
             proxy.pause()  # DynamoDB unreachable for the holder only

@@ -11,7 +11,8 @@ import socket
 import threading
 import time
 import uuid
-from typing import Any, Callable, Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import boto3
 import pytest
@@ -28,9 +29,7 @@ CLIENT_CONFIG = Config(
     connect_timeout=1,
     read_timeout=1,
 )
-_session = boto3.session.Session(
-    aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1"
-)
+_session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
 
 
 def make_client(endpoint_url: str) -> Any:
@@ -228,9 +227,7 @@ def test_reset_sends_rst_and_drop_reply_a_plain_close(proxy: FaultProxy, table: 
 # -- scripted selection ----------------------------------------------------------
 
 
-def test_scripted_fault_by_operation_match_and_times(
-    proxy: FaultProxy, client: Any, direct: Any, table: str
-) -> None:
+def test_scripted_fault_by_operation_match_and_times(proxy: FaultProxy, client: Any, direct: Any, table: str) -> None:
     handle = proxy.add_fault(
         "throttle",
         operation="PutItem",
@@ -351,9 +348,7 @@ def test_concurrent_clients_with_random_faults(moto: LocalServer, table: str) ->
 # -- pause / resume --------------------------------------------------------------
 
 
-def test_pause_resets_requests_until_resume(
-    proxy: FaultProxy, client: Any, direct: Any, table: str
-) -> None:
+def test_pause_resets_requests_until_resume(proxy: FaultProxy, client: Any, direct: Any, table: str) -> None:
     client.put_item(TableName=table, Item=key("before"))
     proxy.pause()
     for i in range(3):

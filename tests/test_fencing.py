@@ -44,7 +44,15 @@ def test_dynamodb_condition_check_rejects_a_paused_ex_holder(dynlock, tmp_path):
         pytest.skip("dynalite has no transactions; ConditionCheck needs TransactWriteItems")
     report = tmp_path / "fenced.log"
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", "fenced", dynlock.server.endpoint_url, dynlock.options.table_name, str(report)],
+        [
+            sys.executable,
+            "-m",
+            "tests.workers",
+            "fenced",
+            dynlock.server.endpoint_url,
+            dynlock.options.table_name,
+            str(report),
+        ],
         cwd=Path(__file__).resolve().parent.parent,
     )
     try:
@@ -60,7 +68,9 @@ def test_dynamodb_condition_check_rejects_a_paused_ex_holder(dynlock, tmp_path):
         child.send_signal(signal.SIGCONT)
         child.wait(20)
         assert report.read_text().split()[-1] == "TransactionCanceledException"
-        item = dummy_client(dynlock.server.endpoint_url).get_item(TableName=dynlock.options.table_name, Key={"key": {"S": "data:invoice"}})
+        item = dummy_client(dynlock.server.endpoint_url).get_item(
+            TableName=dynlock.options.table_name, Key={"key": {"S": "data:invoice"}}
+        )
         assert "Item" not in item  # the stale write never landed
         newer.release()
     finally:

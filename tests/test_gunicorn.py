@@ -51,7 +51,9 @@ class Watcher(threading.Thread):
     def run(self) -> None:
         rvn = None
         while not self.stop.wait(0.02):
-            item = self.boto.get_item(TableName=self.table, Key={"key": {"S": "event:1"}}, ConsistentRead=True).get("Item", {})
+            item = self.boto.get_item(TableName=self.table, Key={"key": {"S": "event:1"}}, ConsistentRead=True).get(
+                "Item", {}
+            )
             if item.get("rvn") != rvn and "owner" in item:
                 self.last_write[int(item["pid"]["N"])] = time.time()
             rvn = item.get("rvn")
@@ -63,13 +65,33 @@ def site(server, tmp_path):
     table = create_table(server.endpoint_url)
     port = free_port()
     # the suite's environment (dummy credentials, or the endpoint's under DYNLOCK_TEST_ENDPOINT)
-    env = dict(os.environ, DJANGO_SETTINGS_MODULE="tests.sites.gunicorn_site", SITE_ENDPOINT_URL=server.endpoint_url,
-               SITE_TABLE=table, SITE_LEASE=str(LEASE), PYTHONPATH=str(REPO_ROOT))
+    env = dict(
+        os.environ,
+        DJANGO_SETTINGS_MODULE="tests.sites.gunicorn_site",
+        SITE_ENDPOINT_URL=server.endpoint_url,
+        SITE_TABLE=table,
+        SITE_LEASE=str(LEASE),
+        PYTHONPATH=str(REPO_ROOT),
+    )
     log = open(tmp_path / "gunicorn.log", "w")
     process = subprocess.Popen(
-        [sys.executable, "-m", "gunicorn", "--workers", "4", "--bind", f"127.0.0.1:{port}", "--timeout", "120",
-         "tests.sites.gunicorn_site:application"],
-        cwd=REPO_ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+        [
+            sys.executable,
+            "-m",
+            "gunicorn",
+            "--workers",
+            "4",
+            "--bind",
+            f"127.0.0.1:{port}",
+            "--timeout",
+            "120",
+            "tests.sites.gunicorn_site:application",
+        ],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
     )
     base = f"http://127.0.0.1:{port}"
 
@@ -123,4 +145,3 @@ def test_a_killed_workers_key_is_free_for_the_next_request_within_lease_plus_3s(
         assert after <= BOUND
     finally:
         watcher.stop.set()
-

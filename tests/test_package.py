@@ -73,8 +73,9 @@ urlpatterns = [path("admin/", admin.site.urls)]
 def dist(tmp_path_factory) -> Path:
     """The sdist and the wheel, built the way a release is (the wheel from the sdist)."""
     out = tmp_path_factory.mktemp("dist")
-    built = subprocess.run([sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)],
-                           capture_output=True, text=True, timeout=300)
+    built = subprocess.run(
+        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], capture_output=True, text=True, timeout=300
+    )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     # setuptools' deprecation warnings (e.g. license classifiers) are part of the output
     assert "SetuptoolsDeprecationWarning" not in built.stdout + built.stderr
@@ -107,8 +108,14 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
 
     sdist = only(dist, f"django_dynlock-{version}.tar.gz")
     members = {m.split("/", 1)[1] for m in tarfile.open(sdist).getnames() if "/" in m}
-    for needed in ("LICENSE", "README.md", "CHANGELOG.md", "pyproject.toml", "django_dynlock/py.typed",
-                   "django_dynlock/templates/admin/django_dynlock/lease/change_list.html"):
+    for needed in (
+        "LICENSE",
+        "README.md",
+        "CHANGELOG.md",
+        "pyproject.toml",
+        "django_dynlock/py.typed",
+        "django_dynlock/templates/admin/django_dynlock/lease/change_list.html",
+    ):
         assert needed in members, needed
 
 
@@ -117,17 +124,25 @@ def test_the_installed_wheel_runs_check_migrate_and_createlocktable(dist, dynamo
     venv.EnvBuilder(with_pip=True).create(env_dir)
     python = env_dir / "bin" / "python"
     wheel = only(dist, "django_dynlock-*.whl")
-    installed = subprocess.run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel)],
-                               capture_output=True, text=True, timeout=300)
+    installed = subprocess.run(
+        [str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert installed.returncode == 0, installed.stderr[-3000:]
 
     site = tmp_path / "site"
     site.mkdir()
     table = table_name()
-    dynlock = {"default": {
-        "TABLE_NAME": table, "ENDPOINT_URL": dynamodb_local_server.endpoint_url, "REGION_NAME": "us-east-1",
-        "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
-    }}
+    dynlock = {
+        "default": {
+            "TABLE_NAME": table,
+            "ENDPOINT_URL": dynamodb_local_server.endpoint_url,
+            "REGION_NAME": "us-east-1",
+            "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+        }
+    }
     (site / "site_settings.py").write_text(SETTINGS + f"DYNLOCK = {dynlock!r}\n")
     (site / "site_urls.py").write_text(URLS)
     (site / "manage.py").write_text(MANAGE)
@@ -138,7 +153,9 @@ def test_the_installed_wheel_runs_check_migrate_and_createlocktable(dist, dynamo
         # run from the site folder: the checkout is neither the cwd nor on sys.path
         return subprocess.run([str(python), *args], cwd=site, env=env, capture_output=True, text=True, timeout=120)
 
-    where = run("-c", "import django_dynlock, sys; print(django_dynlock.__file__); print(sys.path)")  # cwd is on the path
+    where = run(
+        "-c", "import django_dynlock, sys; print(django_dynlock.__file__); print(sys.path)"
+    )  # cwd is on the path
     assert where.returncode == 0, where.stderr
     assert where.stdout.startswith(str(env_dir)) and str(ROOT) not in where.stdout, where.stdout
     try:
@@ -147,10 +164,15 @@ def test_the_installed_wheel_runs_check_migrate_and_createlocktable(dist, dynamo
         migrate = run("manage.py", "migrate", "--noinput")
         assert migrate.returncode == 0 and "django_dynlock" in migrate.stdout, migrate.stdout + migrate.stderr
         created = run("manage.py", "createlocktable")
-        assert created.returncode == 0 and f"Creating table {table!r}" in created.stdout, created.stdout + created.stderr
+        assert created.returncode == 0 and f"Creating table {table!r}" in created.stdout, (
+            created.stdout + created.stderr
+        )
         shown = run("manage.py", "showlocks")
         assert shown.returncode == 0, shown.stdout + shown.stderr
-        assert dummy_client(dynamodb_local_server.endpoint_url).describe_table(TableName=table)["Table"]["TableStatus"] == "ACTIVE"
+        assert (
+            dummy_client(dynamodb_local_server.endpoint_url).describe_table(TableName=table)["Table"]["TableStatus"]
+            == "ACTIVE"
+        )
     finally:
         try:
             dummy_client(dynamodb_local_server.endpoint_url).delete_table(TableName=table)

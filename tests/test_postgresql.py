@@ -47,10 +47,31 @@ def postgres():
         shutil.chown(folder, "postgres")
     port = free_port()
     data = folder / "data"
-    subprocess.run([*run_as, initdb, "-D", str(data), "-A", "trust", "-U", "dynlock", "--no-sync"],
-                   check=True, capture_output=True, timeout=60)
-    subprocess.run([*run_as, pg_ctl, "-D", str(data), "-o", f"-h 127.0.0.1 -p {port} -k {folder} -F",
-                    "-l", str(folder / "log"), "-w", "-t", "30", "start"], check=True, capture_output=True, timeout=60)
+    subprocess.run(
+        [*run_as, initdb, "-D", str(data), "-A", "trust", "-U", "dynlock", "--no-sync"],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
+    subprocess.run(
+        [
+            *run_as,
+            pg_ctl,
+            "-D",
+            str(data),
+            "-o",
+            f"-h 127.0.0.1 -p {port} -k {folder} -F",
+            "-l",
+            str(folder / "log"),
+            "-w",
+            "-t",
+            "30",
+            "start",
+        ],
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     try:
         yield port
     finally:
@@ -60,11 +81,23 @@ def postgres():
 
 def test_breaking_a_key_with_a_nul_writes_its_admin_log_entry_on_postgresql(postgres, moto_server):
     table = table_name()
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "tests.sites.postgres_site", "PG_PORT": str(postgres),
-           "SITE_ENDPOINT_URL": moto_server.endpoint_url, "SITE_TABLE": table, "PYTHONPATH": str(ROOT)}
+    env = {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "tests.sites.postgres_site",
+        "PG_PORT": str(postgres),
+        "SITE_ENDPOINT_URL": moto_server.endpoint_url,
+        "SITE_TABLE": table,
+        "PYTHONPATH": str(ROOT),
+    }
     try:
-        done = subprocess.run([sys.executable, "-m", "tests.sites.postgres_site"], env=env, cwd=ROOT,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "-m", "tests.sites.postgres_site"],
+            env=env,
+            cwd=ROOT,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
     finally:
         dummy_client(moto_server.endpoint_url).delete_table(TableName=table)
     assert done.returncode == 0, done.stderr[-3000:]

@@ -76,8 +76,10 @@ def _require_dynalite() -> None:
         return
     from tests.conftest import missing_tool
 
-    missing_tool(f"dynalite is not installed (expected {servers.REPO_ROOT / 'node_modules' / '.bin' / 'dynalite'}); "
-                 "run `make node`")
+    missing_tool(
+        f"dynalite is not installed (expected {servers.REPO_ROOT / 'node_modules' / '.bin' / 'dynalite'}); "
+        "run `make node`"
+    )
 
 
 # --------------------------------------------------------------------------- moto
@@ -252,10 +254,7 @@ def test_dynalite_listens_on_loopback_only():
         assert f"127.0.0.1:{server.port}" in server.log_tail()
         # Not reachable through a non-loopback address of this host, if any.
         try:
-            addresses = {
-                info[4][0]
-                for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)
-            }
+            addresses = {info[4][0] for info in socket.getaddrinfo(socket.gethostname(), None, socket.AF_INET)}
         except OSError:
             addresses = set()
         for address in addresses - {"127.0.0.1"}:

@@ -42,8 +42,19 @@ class Scenario:
         report = self.dir / f"{name}.txt"
         report.touch()
         child = subprocess.Popen(
-            [sys.executable, "-m", "tests.takeover_child", role, self.endpoint, self.table, key, str(LEASE),
-             str(offset), str(report), str(seconds)],
+            [
+                sys.executable,
+                "-m",
+                "tests.takeover_child",
+                role,
+                self.endpoint,
+                self.table,
+                key,
+                str(LEASE),
+                str(offset),
+                str(report),
+                str(seconds),
+            ],
             cwd=REPO_ROOT,
         )
         self.children.append(child)
@@ -130,8 +141,9 @@ def test_a_process_retrying_every_200ms_takes_over_a_killed_holder(scenario):
     assert_taken_in_time(report, winning_send(retrier))
 
 
-@pytest.mark.parametrize("holder_offset, taker_offset", [(0.0, 60.0), (-60.0, 0.0)],
-                         ids=["taker-60s-ahead", "holder-60s-behind"])
+@pytest.mark.parametrize(
+    "holder_offset, taker_offset", [(0.0, 60.0), (-60.0, 0.0)], ids=["taker-60s-ahead", "holder-60s-behind"]
+)
 def test_a_live_holder_is_never_taken_over_whatever_the_clocks(scenario, holder_offset, taker_offset):
     holder, report = scenario.holder(offset=holder_offset)
     taker = scenario.start("retry", "taker", offset=taker_offset, seconds=3 * LEASE)

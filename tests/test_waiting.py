@@ -61,24 +61,41 @@ def _swap_holders(server, table: str, key: str, started: threading.Event, stop: 
     nobody has reserved the next turn (the check every acquire makes); then release it."""
     boto = dummy_client(server.endpoint_url)
     item_key = {"key": {"S": key}}
-    boto.put_item(TableName=table, Item={**item_key, "owner": {"S": "swap:0"}, "rvn": {"S": "r0"}, "lease_ms": {"N": "10000"}, "fence": {"N": "1"}})
+    boto.put_item(
+        TableName=table,
+        Item={
+            **item_key,
+            "owner": {"S": "swap:0"},
+            "rvn": {"S": "r0"},
+            "lease_ms": {"N": "10000"},
+            "fence": {"N": "1"},
+        },
+    )
     started.set()
     for n in range(1, 300):
         if stop.wait(0.03):
             return
         try:
             boto.update_item(
-                TableName=table, Key=item_key,
+                TableName=table,
+                Key=item_key,
                 UpdateExpression="SET #o = :new, rvn = :new ADD fence :one",
                 ConditionExpression="#o = :old AND attribute_not_exists(reserved_by)",
                 ExpressionAttributeNames={"#o": "owner"},
-                ExpressionAttributeValues={":new": {"S": f"swap:{n}"}, ":old": {"S": f"swap:{n - 1}"}, ":one": {"N": "1"}},
+                ExpressionAttributeValues={
+                    ":new": {"S": f"swap:{n}"},
+                    ":old": {"S": f"swap:{n - 1}"},
+                    ":one": {"N": "1"},
+                },
             )
         except boto.exceptions.ConditionalCheckFailedException:
             refused.append(n)
             boto.update_item(
-                TableName=table, Key=item_key, UpdateExpression="SET rvn = :rvn REMOVE #o",
-                ExpressionAttributeNames={"#o": "owner"}, ExpressionAttributeValues={":rvn": {"S": "released"}},
+                TableName=table,
+                Key=item_key,
+                UpdateExpression="SET rvn = :rvn REMOVE #o",
+                ExpressionAttributeNames={"#o": "owner"},
+                ExpressionAttributeValues={":rvn": {"S": "released"}},
             )
             return
 
@@ -129,7 +146,7 @@ def test_the_reservation_of_a_dead_waiter_lapses_soon_after_the_release(dynlock)
     holder = _orphan_reservation(dynlock, "orphan", lease=10.0)
     info = dynlock.get("orphan", include_released=True)
     assert info.reserved_by == "dead-host:1:0:0" and not info.is_held
-    assert formatting.state(info, dt.datetime.now(dt.timezone.utc)) == "reserved"  # as showlocks shows it
+    assert formatting.state(info, dt.datetime.now(dt.UTC)) == "reserved"  # as showlocks shows it
     assert [i.key for i in dynlock.leases()] == ["orphan"]  # listed, so that it can be broken
     newcomer = other_client(dynlock)
     try:

@@ -74,7 +74,6 @@ def hold_and_report(endpoint_url: str, table: str, lease_seconds: float, report:
     os._exit(0)
 
 
-
 def decorated_sections(endpoint_url: str, table: str, counter: str, rounds: int) -> list[tuple]:
     """The same non-atomic counter, guarded by @dynamo_lock in a Django process."""
     import django
@@ -85,9 +84,17 @@ def decorated_sections(endpoint_url: str, table: str, counter: str, rounds: int)
 
     from django_dynlock import dynamo_lock, get_lock_client
 
-    settings.DYNLOCK = {"default": {"ENDPOINT_URL": endpoint_url, "TABLE_NAME": table, "LEASE_DURATION": 5.0,
-                                    "HEARTBEAT_PERIOD": 1.0, "WAIT_TIMEOUT": 60.0, "REGION_NAME": "us-east-1",
-                                    "SESSION_OPTIONS": OPTIONS["session_options"]}}
+    settings.DYNLOCK = {
+        "default": {
+            "ENDPOINT_URL": endpoint_url,
+            "TABLE_NAME": table,
+            "LEASE_DURATION": 5.0,
+            "HEARTBEAT_PERIOD": 1.0,
+            "WAIT_TIMEOUT": 60.0,
+            "REGION_NAME": "us-east-1",
+            "SESSION_OPTIONS": OPTIONS["session_options"],
+        }
+    }
 
     @dynamo_lock("counter:{name}")
     def increment(name: str) -> tuple:

@@ -18,8 +18,9 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -209,7 +210,9 @@ class LockClient:
             self._said.add(topic)
             logger.warning(message, *args)
 
-    def _call(self, operation: str, action: str, *, attempts: int | None = None, table: bool = True, **params: Any) -> dict[str, Any]:
+    def _call(
+        self, operation: str, action: str, *, attempts: int | None = None, table: bool = True, **params: Any
+    ) -> dict[str, Any]:
         """One API request, retried quickly on transient failures.
 
         A failed condition is raised as the ClientError it is; every other botocore
@@ -251,8 +254,9 @@ class LockClient:
 
     def _translate(self, exc: BaseException, action: str) -> DynLockError:
         region = self._boto.meta.region_name if self._boto is not None else self.options.region_name
-        error = translate(exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action,
-                          region=region)
+        error = translate(
+            exc, table=self.options.table_name, endpoint=self.options.endpoint_url, action=action, region=region
+        )
         error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
         return error
 
@@ -349,7 +353,14 @@ class LockClient:
             return None
 
     def _acquire(
-        self, key: str, stored: str, wait: float, lease_seconds: float, holder: Mapping[str, Any] | None, *, single: bool
+        self,
+        key: str,
+        stored: str,
+        wait: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+        *,
+        single: bool,
     ) -> Lease:
         started = time.monotonic()
         try:
@@ -357,8 +368,12 @@ class LockClient:
                 # Held (or being acquired) by another thread of this process: its lease
                 # is renewed like any holder's, so a lease is the same hint as a remote one's.
                 local = self._local_holder(stored)
-                raise LockNotAcquired(key, holder=local, retry_after=local.lease_seconds if local else None,
-                                      waited=time.monotonic() - started)
+                raise LockNotAcquired(
+                    key,
+                    holder=local,
+                    retry_after=local.lease_seconds if local else None,
+                    waited=time.monotonic() - started,
+                )
             try:
                 lease = self._acquire_remote(key, stored, started + wait, lease_seconds, holder, single=single)
             except BaseException:
@@ -374,9 +389,17 @@ class LockClient:
         for lease in list(self._held):
             if lease.stored_key == stored:
                 return LeaseInfo(
-                    key=lease.key, stored_key=stored, token=lease.token, owner=lease.owner, rvn=None,
-                    lease_seconds=lease.lease_seconds, expires_at=None, acquired_at=None,
-                    host=socket.gethostname(), pid=os.getpid(), holder={k: str(v) for k, v in lease.holder.items()},
+                    key=lease.key,
+                    stored_key=stored,
+                    token=lease.token,
+                    owner=lease.owner,
+                    rvn=None,
+                    lease_seconds=lease.lease_seconds,
+                    expires_at=None,
+                    acquired_at=None,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    holder={k: str(v) for k, v in lease.holder.items()},
                 )
         return None
 
@@ -428,7 +451,7 @@ class LockClient:
 
     def server_datetime(self) -> dt.datetime:
         """:meth:`server_time` as an aware UTC datetime: the "now" to show lease times against."""
-        return dt.datetime.fromtimestamp(self.clock.now(), tz=dt.timezone.utc)
+        return dt.datetime.fromtimestamp(self.clock.now(), tz=dt.UTC)
 
     def _expired(self, item: Mapping[str, Any] | None, at: float) -> bool:
         """Whether DynamoDB's clock, even at its earliest reading, lets us take the key (see below)."""
@@ -452,7 +475,11 @@ class LockClient:
 
     def _takeover_in(self, item: Mapping[str, Any] | None, watch: _Watch | None, at: float) -> float | None:
         """Seconds until a write may take a busy key: by DynamoDB's clock, or after watching it a whole lease."""
-        due = [d for d in (self._takeover_by_clock_in(item, at), watch.takeover_at() - at if watch else None) if d is not None]
+        due = [
+            d
+            for d in (self._takeover_by_clock_in(item, at), watch.takeover_at() - at if watch else None)
+            if d is not None
+        ]
         return min(due) if due else None
 
     # -- what a client remembers of busy keys ---------------------------------------
@@ -472,7 +499,12 @@ class LockClient:
 
     # -- acquire attempts --------------------------------------------------------------
     def _acquire_request(
-        self, stored: str, owner: str, seq: int, lease_seconds: float, holder: Mapping[str, Any] | None,
+        self,
+        stored: str,
+        owner: str,
+        seq: int,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
         takeover_rvn: str | None,
     ) -> tuple[dict[str, Any], float]:
         """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
@@ -482,8 +514,19 @@ class LockClient:
         earliest = self.clock.earliest(at)
         expires = stamp + lease_seconds
         names = self._names(
-            it.OWNER, it.RVN, it.SEQ, it.FENCE, it.LEASE_MS, it.EXPIRES_AT, it.ACQUIRED_AT,
-            it.HOST, it.PID, it.THREAD, it.HOLDER, it.RELEASED_AT, it.RESERVED_BY,
+            it.OWNER,
+            it.RVN,
+            it.SEQ,
+            it.FENCE,
+            it.LEASE_MS,
+            it.EXPIRES_AT,
+            it.ACQUIRED_AT,
+            it.HOST,
+            it.PID,
+            it.THREAD,
+            it.HOLDER,
+            it.RELEASED_AT,
+            it.RESERVED_BY,
         )
         slot, tag = it.release_slot(owner)
         names["#slot"] = slot
@@ -550,7 +593,9 @@ class LockClient:
         }
         return params, expires
 
-    def _observe(self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float, owner: str) -> _Watch | None:
+    def _observe(
+        self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float, owner: str
+    ) -> _Watch | None:
         """Update the watch on the holder's record version; None when the key is free for ``owner``.
 
         A released key that another waiter has reserved counts as held until the
@@ -568,11 +613,27 @@ class LockClient:
         lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
         return _Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0)
 
-    def _new_lease(self, key: str, stored: str, attempt: _Attempt, token: int, lease_seconds: float, sent: float,
-                   expires: float, holder: Mapping[str, Any] | None) -> Lease:
+    def _new_lease(
+        self,
+        key: str,
+        stored: str,
+        attempt: _Attempt,
+        token: int,
+        lease_seconds: float,
+        sent: float,
+        expires: float,
+        holder: Mapping[str, Any] | None,
+    ) -> Lease:
         return Lease(
-            self, key=key, stored_key=stored, owner=attempt.owner, token=token, lease_seconds=lease_seconds,
-            sent_at=sent, ends_at=self._holder_end(sent, lease_seconds, expires), seq=attempt.seq,
+            self,
+            key=key,
+            stored_key=stored,
+            owner=attempt.owner,
+            token=token,
+            lease_seconds=lease_seconds,
+            sent_at=sent,
+            ends_at=self._holder_end(sent, lease_seconds, expires),
+            seq=attempt.seq,
             holder=dict(holder or {}),
         )
 
@@ -632,7 +693,9 @@ class LockClient:
             if write:
                 attempt.seq += 1
                 takeover = watch.rvn if watch is not None and watch.rvn and looked_at >= watch.takeover_at() else None
-                params, expires = self._acquire_request(stored, attempt.owner, attempt.seq, lease_seconds, holder, takeover)
+                params, expires = self._acquire_request(
+                    stored, attempt.owner, attempt.seq, lease_seconds, holder, takeover
+                )
                 sent = time.monotonic()
                 try:
                     reply = self._call("update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params)
@@ -642,15 +705,23 @@ class LockClient:
                     # version (kept between calls) can ever take the key over.
                     failed = exc
                     read = not single or not self.clock.known
-                    look = lambda: self._old_item(failed, stored, read=read)  # noqa: E731
+                    look = lambda: self._old_item(failed, stored, read=read)  # noqa: E731, B023 (called in this iteration)
                 except DynLockError as exc:
                     attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
                         raise
                     error, look = exc, None  # try the write again: it recognises itself
                 else:
-                    lease = self._new_lease(key, stored, attempt, int(reply["Attributes"][it.FENCE]["N"]),
-                                            lease_seconds, sent, expires, holder)
+                    lease = self._new_lease(
+                        key,
+                        stored,
+                        attempt,
+                        int(reply["Attributes"][it.FENCE]["N"]),
+                        lease_seconds,
+                        sent,
+                        expires,
+                        holder,
+                    )
                     kept, item_now = (True, None) if clock_was_known else self._restamp(lease, attempt, expires, sent)
                     attempt.seq = lease._seq  # a restamp is a write of this acquisition too
                     if kept and lease.is_held:
@@ -663,9 +734,12 @@ class LockClient:
                         if not stale:
                             stale = True
                             continue
-                        error, look = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True), None
+                        error, look = (
+                            BackendError("acquired, but too late to use (was this thread starved?)", retryable=True),
+                            None,
+                        )
                     else:
-                        look = lambda: item_now  # noqa: E731  (taken while we restamped: busy)
+                        look = lambda: item_now  # noqa: E731, B023 (taken while we restamped: busy; called in this iteration)
             else:
                 look = lambda: self._get_item(stored)  # noqa: E731
             if look is not None:
@@ -687,8 +761,14 @@ class LockClient:
                             attempt.reserved = True  # it may land even if we are interrupted: then give it back
                             attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
             now = time.monotonic()
-            if (write and not clock_was_known and self.clock.known and not rechecked and error is None
-                    and (last_item is None or self._expired(last_item, now))):
+            if (
+                write
+                and not clock_was_known
+                and self.clock.known
+                and not rechecked
+                and error is None
+                and (last_item is None or self._expired(last_item, now))
+            ):
                 # Our first attempt could not ask for a takeover by DynamoDB's clock: we
                 # learnt that clock from its reply. One more attempt that can.
                 rechecked = True
@@ -697,14 +777,15 @@ class LockClient:
                 if error is not None:
                     raise error
                 info = self._info(last_item)
-                raise LockNotAcquired(key, holder=info, retry_after=self._retry_after(info, last_item, watch),
-                                      waited=now - began)
+                raise LockNotAcquired(
+                    key, holder=info, retry_after=self._retry_after(info, last_item, watch), waited=now - began
+                )
             free = watch is None and error is None
             # An earlier attempt of ours, delayed in the network, may have landed after
             # we gave up waiting for its reply: the key is ours, but only a write tells
             # us the token (and gives it a fresh rvn, so our lease starts no earlier than
             # anyone's watch of it). Without it we would wait a whole lease for ourselves.
-            ours = error is None and bool(last_item) and last_item.get(it.OWNER, {}).get("S") == attempt.owner
+            ours = error is None and last_item is not None and last_item.get(it.OWNER, {}).get("S") == attempt.owner
             if (free or ours) and not write:
                 write = True  # a read showed it free (or ours): take it at once
                 continue
@@ -733,7 +814,9 @@ class LockClient:
                 delay = min(delay, due)
             time.sleep(max(0.0, min(delay, give_up_at - now)))
 
-    def _restamp(self, lease: Lease, attempt: _Attempt, expires: float, sent: float) -> tuple[bool, dict[str, Any] | None]:
+    def _restamp(
+        self, lease: Lease, attempt: _Attempt, expires: float, sent: float
+    ) -> tuple[bool, dict[str, Any] | None]:
         """After a client's first acquire, stamped by this host's wall clock: rewrite the
         expiry by DynamoDB's clock, now known from the reply, where the wall clock's stamp
         would cost something.
@@ -784,9 +867,7 @@ class LockClient:
             return False
         if len(holders_seen) < 2:  # all we need to know: the key changed hands
             holders_seen.add(current)
-        return (
-            len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
-        )
+        return len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
 
     def _reserve(self, stored: str, owner: str, holder: str) -> bool:
         """Claim the next turn after ``holder``; whether the claim may have been written.
@@ -801,7 +882,9 @@ class LockClient:
         """
         try:
             self._call(
-                "update_item", "reserve a busy lock", attempts=1,
+                "update_item",
+                "reserve a busy lock",
+                attempts=1,
                 Key=self._key(stored),
                 UpdateExpression="SET #reserved_by = :me",
                 ConditionExpression="#owner = :holder AND attribute_not_exists(#reserved_by)",
@@ -814,7 +897,9 @@ class LockClient:
             return bool(getattr(exc, "ambiguous", False))
         return True
 
-    def _retry_after(self, info: LeaseInfo | None, item: Mapping[str, Any] | None, watch: _Watch | None) -> float | None:
+    def _retry_after(
+        self, info: LeaseInfo | None, item: Mapping[str, Any] | None, watch: _Watch | None
+    ) -> float | None:
         if info is None or not info.is_held:
             return None
         due = self._takeover_in(item, watch, time.monotonic())
@@ -828,17 +913,33 @@ class LockClient:
         outage. A write left undone leaves the key to be taken over once its expiry
         passes, as from a dead holder.
         """
-        if attempt.reserved and self._try_update(
-            "give up a reservation", attempts=1, Key=self._key(stored), UpdateExpression="REMOVE #reserved_by",
-            ConditionExpression="#reserved_by = :me", ExpressionAttributeNames=self._names(it.RESERVED_BY),
-            ExpressionAttributeValues={":me": {"S": attempt.owner}},
-        ) is None:
+        if (
+            attempt.reserved
+            and self._try_update(
+                "give up a reservation",
+                attempts=1,
+                Key=self._key(stored),
+                UpdateExpression="REMOVE #reserved_by",
+                ConditionExpression="#reserved_by = :me",
+                ExpressionAttributeNames=self._names(it.RESERVED_BY),
+                ExpressionAttributeValues={":me": {"S": attempt.owner}},
+            )
+            is None
+        ):
             return
         if attempt.ambiguous:
             self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:", attempts=1)
 
-    def _end_owner(self, stored: str, owner: str, action: str, *, mark: str, release: dict[str, Any] | None = None,
-                   attempts: int | None = None) -> None:
+    def _end_owner(
+        self,
+        stored: str,
+        owner: str,
+        action: str,
+        *,
+        mark: str,
+        release: dict[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> None:
         """Make sure no write of ``owner`` holds the key, now or later: no ghost holder.
 
         An acquire of ours delayed in the network may land at any time while the key is
@@ -855,7 +956,9 @@ class LockClient:
         """
         slot, tag = it.release_slot(owner)
         marked = self._try_update(
-            action, attempts=attempts, Key=self._key(stored),
+            action,
+            attempts=attempts,
+            Key=self._key(stored),
             UpdateExpression="SET #slot = :tag, #gc = if_not_exists(#gc, :gc)",
             ExpressionAttributeNames={"#slot": slot, "#gc": self.options.ttl_attribute},
             ExpressionAttributeValues={":tag": {"S": mark + tag}, ":gc": self._gc_at(self.clock.now())},
@@ -909,7 +1012,12 @@ class LockClient:
         try:
             for stored in ordered:
                 if not self._gates.enter(stored, max(0.0, give_up_at - time.monotonic())):
-                    raise LockNotAcquired(by_stored[stored], holder=self._local_holder(stored), waited=time.monotonic() - started, keys=tuple(by_stored.values()))
+                    raise LockNotAcquired(
+                        by_stored[stored],
+                        holder=self._local_holder(stored),
+                        waited=time.monotonic() - started,
+                        keys=tuple(by_stored.values()),
+                    )
                 entered.append(stored)
             if self.has_transactions is not False and len(ordered) > 1:
                 leases = self._acquire_transaction(by_stored, ordered, give_up_at, lease_s, holder)
@@ -928,7 +1036,12 @@ class LockClient:
         return LeaseGroup(self, leases)
 
     def _acquire_in_order(
-        self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        give_up_at: float,
+        lease_s: float,
+        holder: Mapping[str, Any] | None,
     ) -> list[Lease]:
         """Without transactions: one key at a time, in sorted order; all or none.
 
@@ -956,8 +1069,13 @@ class LockClient:
             now = time.monotonic()
             if now >= give_up_at:
                 info = self.get(lost[0].key)
-                raise LockNotAcquired(lost[0].key, holder=info, retry_after=self._retry_after(info, None, None),
-                                      waited=now - started, keys=tuple(by_stored.values()))
+                raise LockNotAcquired(
+                    lost[0].key,
+                    holder=info,
+                    retry_after=self._retry_after(info, None, None),
+                    waited=now - started,
+                    keys=tuple(by_stored.values()),
+                )
 
     def _give_back(self, leases: list[Lease]) -> None:
         """Release the leases of a group that could not be completed (quietly: none was handed out)."""
@@ -966,7 +1084,12 @@ class LockClient:
             self._release_remote(lease, quiet=True)
 
     def _acquire_transaction(
-        self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float, holder: Mapping[str, Any] | None
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        give_up_at: float,
+        lease_s: float,
+        holder: Mapping[str, Any] | None,
     ) -> list[Lease] | None:
         """All keys in one TransactWriteItems; None when the server has no transactions."""
         attempt = _Attempt(owner=self._new_owner())
@@ -978,8 +1101,13 @@ class LockClient:
             raise
 
     def _transaction_loop(
-        self, by_stored: dict[str, str], ordered: list[str], give_up_at: float, lease_s: float,
-        holder: Mapping[str, Any] | None, attempt: _Attempt,
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        give_up_at: float,
+        lease_s: float,
+        holder: Mapping[str, Any] | None,
+        attempt: _Attempt,
     ) -> list[Lease] | None:
         watches: dict[str, _Watch | None] = {stored: self._remembered(stored) for stored in ordered}
         items: dict[str, dict[str, Any] | None] = {}
@@ -1038,7 +1166,9 @@ class LockClient:
                 attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
             else:
                 self.has_transactions = True
-                leases = self._leases_after_transaction(by_stored, ordered, attempt, lease_s, sent, min(expiries), holder)
+                leases = self._leases_after_transaction(
+                    by_stored, ordered, attempt, lease_s, sent, min(expiries), holder
+                )
                 held = all(lease.is_held for lease in leases)
                 wall_stamped = not clock_was_known and self.clock.known
                 if held and not (wall_stamped and not rechecked):
@@ -1059,8 +1189,11 @@ class LockClient:
                     item = self._get_item(busy)
                     info = self._info(item)
                     raise LockNotAcquired(
-                        by_stored[busy], holder=info, retry_after=self._retry_after(info, item, watches.get(busy)),
-                        waited=now - started, keys=tuple(by_stored.values()),
+                        by_stored[busy],
+                        holder=info,
+                        retry_after=self._retry_after(info, item, watches.get(busy)),
+                        waited=now - started,
+                        keys=tuple(by_stored.values()),
                     )
                 assert error is not None
                 raise error
@@ -1075,8 +1208,14 @@ class LockClient:
             time.sleep(max(0.0, min(delay, give_up_at - now)))
 
     def _leases_after_transaction(
-        self, by_stored: dict[str, str], ordered: list[str], attempt: _Attempt, lease_s: float, sent: float,
-        expires: float, holder: Mapping[str, Any] | None,
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        attempt: _Attempt,
+        lease_s: float,
+        sent: float,
+        expires: float,
+        holder: Mapping[str, Any] | None,
     ) -> list[Lease]:
         # TransactWriteItems returns no attributes: read the new tokens back. While we
         # own the keys nobody else can change them, so this read is exact.
@@ -1115,7 +1254,8 @@ class LockClient:
         expires = stamp + lease_seconds
         try:
             self._call(
-                "update_item", "renew a lease",
+                "update_item",
+                "renew a lease",
                 Key=self._key(lease.stored_key),
                 UpdateExpression="SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
                 # The owner id names this acquisition alone. Not conditioned on our previous
@@ -1123,8 +1263,10 @@ class LockClient:
                 # fail. But on the sequence number: one delayed in the network must not
                 # land after a later one and move the expiry back.
                 ConditionExpression="#owner = :me AND #seq < :seq",
-                ExpressionAttributeNames={**self._names(it.OWNER, it.RVN, it.SEQ, it.LEASE_MS, it.EXPIRES_AT),
-                                          "#gc": self.options.ttl_attribute},
+                ExpressionAttributeNames={
+                    **self._names(it.OWNER, it.RVN, it.SEQ, it.LEASE_MS, it.EXPIRES_AT),
+                    "#gc": self.options.ttl_attribute,
+                },
                 ExpressionAttributeValues={
                     ":me": {"S": lease.owner},
                     ":rvn": {"S": uuid.uuid4().hex},
@@ -1167,8 +1309,9 @@ class LockClient:
         if info is None:
             return "taken", "the lock item is gone"
         if info.owner is None and info.was_broken:
-            return "broken", printable(f"broken by {info.released_by[len(it.BREAK_PREFIX):]}: "
-                                       f"{info.break_reason or 'no reason given'}")
+            return "broken", printable(
+                f"broken by {(info.released_by or '')[len(it.BREAK_PREFIX) :]}: {info.break_reason or 'no reason given'}"
+            )
         if info.owner is None:
             return "released", "the lease was released"
         return "taken", printable(f"now held by {info.describe()} with token {info.token}")
@@ -1238,7 +1381,9 @@ class LockClient:
             expired = not lease.is_held
             self._release_remote(lease, quiet=False)
             if expired:
-                self._lose(lease, "expired", "the lease ran out before release(): the work may have overlapped another holder")
+                self._lose(
+                    lease, "expired", "the lease ran out before release(): the work may have overlapped another holder"
+                )
                 raise lease._lost or LockLost(lease.key, lease.token, "expired")
         finally:
             lease._mark_released()
@@ -1252,8 +1397,12 @@ class LockClient:
         shows the key is no longer ours.
         """
         try:
-            self._call("update_item", "release a lock", ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                       **self._release_request(lease.stored_key, lease.owner, lease.token))
+            self._call(
+                "update_item",
+                "release a lock",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **self._release_request(lease.stored_key, lease.owner, lease.token),
+            )
         except ClientError as exc:
             try:
                 item = self._old_item(exc, lease.stored_key)
@@ -1261,7 +1410,9 @@ class LockClient:
                 # Our release may well have been applied (its reply lost); we cannot tell
                 # now. Trying it again will: it recognises its own earlier success.
                 if not quiet:
-                    logger.warning("could not confirm the release of %r, retrying in the background: %s", lease, read_error)
+                    logger.warning(
+                        "could not confirm the release of %r, retrying in the background: %s", lease, read_error
+                    )
                 self._release_later(lease)
                 return
             if self._released_by_us(lease, item):
@@ -1291,7 +1442,11 @@ class LockClient:
         if not item:
             return False
         slot, tag = it.release_slot(lease.owner)
-        return item.get(it.RELEASED_BY, {}).get("S") == lease.owner or item.get(slot, {}).get("S") == tag or it.in_ring(item, tag)
+        return (
+            item.get(it.RELEASED_BY, {}).get("S") == lease.owner
+            or item.get(slot, {}).get("S") == tag
+            or it.in_ring(item, tag)
+        )
 
     def _release_request(self, stored: str, owner: str, fence: int | None = None) -> dict[str, Any]:
         """The release write of ``owner``: the item keeps its fence, loses its owner, and
@@ -1299,7 +1454,11 @@ class LockClient:
         lease whose ``fence`` we know, in the release ring (items.RING)."""
         slot, tag = it.release_slot(owner)
         now = self.clock.now()
-        names = {**self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY), "#gc": self.options.ttl_attribute, "#slot": slot}
+        names = {
+            **self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
+            "#gc": self.options.ttl_attribute,
+            "#slot": slot,
+        }
         ring = ""
         if fence is not None:
             names["#ring"] = it.RING
@@ -1310,7 +1469,10 @@ class LockClient:
             ConditionExpression="#owner = :me",
             ExpressionAttributeNames=names,
             ExpressionAttributeValues={
-                ":me": {"S": owner}, ":tag": {"S": tag}, ":now": it.num(now), ":rvn": {"S": uuid.uuid4().hex},
+                ":me": {"S": owner},
+                ":tag": {"S": tag},
+                ":now": it.num(now),
+                ":rvn": {"S": uuid.uuid4().hex},
                 ":gc": self._gc_at(now),
             },
         )
@@ -1329,7 +1491,9 @@ class LockClient:
         if self._closed or now - lease._release_since >= RELEASE_RETRY_FOR:
             logger.warning("gave up releasing %r: others take it over once its expiry has passed", lease)
             return
-        delay = min(self._period(lease.lease_seconds), self.options.min_retry_delay * 2 ** min(lease._release_tries, 16))
+        delay = min(
+            self._period(lease.lease_seconds), self.options.min_retry_delay * 2 ** min(lease._release_tries, 16)
+        )
         lease._release_tries += 1
         lease._release_pending = True
         self._heartbeater.schedule(lease, now + delay)
@@ -1345,7 +1509,9 @@ class LockClient:
         info = self._info(self._get_item(self.options.prefixed(key)))
         return info if info is not None and (include_released or info.is_held) else None
 
-    def leases(self, prefix: str = "", *, include_released: bool = False, page_size: int | None = None) -> Iterator[LeaseInfo]:
+    def leases(
+        self, prefix: str = "", *, include_released: bool = False, page_size: int | None = None
+    ) -> Iterator[LeaseInfo]:
         """Iterate over live leases (or all items), one Scan page at a time.
 
         ``page_size=None`` reads DynamoDB's full 1 MB pages: the fewest calls.
@@ -1358,7 +1524,12 @@ class LockClient:
                 return
 
     def scan_page(
-        self, prefix: str = "", *, include_released: bool = False, start: dict[str, Any] | None = None, limit: int | None = 100
+        self,
+        prefix: str = "",
+        *,
+        include_released: bool = False,
+        start: dict[str, Any] | None = None,
+        limit: int | None = 100,
     ) -> tuple[list[LeaseInfo], dict[str, Any] | None]:
         """One Scan call: the leases on it and the cursor of the next page (None at the end)."""
         self._check_open()
@@ -1404,8 +1575,13 @@ class LockClient:
             condition += " AND #fence = :token"
             extra[":token"] = it.num(token)
         try:
-            reply = self._call("update_item", "break a lock", ReturnValues="ALL_OLD", ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                               **self._break_request(stored, condition, extra, mark, reason, by))
+            reply = self._call(
+                "update_item",
+                "break a lock",
+                ReturnValues="ALL_OLD",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **self._break_request(stored, condition, extra, mark, reason, by),
+            )
         except ClientError as exc:
             item = self._old_item(exc, stored)
             if not item or item.get(it.RVN, {}).get("S") != mark:
@@ -1431,14 +1607,20 @@ class LockClient:
                 # freed key and quietly undo the break. The slot is marked as broken, not
                 # released: the holder's release() must not take it for its own.
                 self._end_owner(
-                    stored, broken, "make sure a broken lease leaves no late write", mark=it.BREAK_PREFIX,
-                    release=self._break_request(stored, "#owner = :broken", {":broken": {"S": broken}},
-                                                uuid.uuid4().hex, reason, by),
+                    stored,
+                    broken,
+                    "make sure a broken lease leaves no late write",
+                    mark=it.BREAK_PREFIX,
+                    release=self._break_request(
+                        stored, "#owner = :broken", {":broken": {"S": broken}}, uuid.uuid4().hex, reason, by
+                    ),
                 )
         self._broken(key, token, reason, by, broken)
         return True
 
-    def confirm_break(self, key: str, *, token: int | None, mark: str, reason: str = "", by: str = "operator") -> bool | None:
+    def confirm_break(
+        self, key: str, *, token: int | None, mark: str, reason: str = "", by: str = "operator"
+    ) -> bool | None:
         """Whether the break that raised ``BreakUnconfirmed`` (its ``token`` and ``mark``)
         was applied: True (then it is logged and ``broken`` is sent, as by a break that
         got its reply), False, or None when that cannot be told any more (the lease
@@ -1466,7 +1648,9 @@ class LockClient:
     def _broken(self, key: str, token: int | None, reason: str, by: str, broken: str | None) -> None:
         """After a break that was applied: log it, send ``broken``, tell our own holder."""
         stored = self.options.prefixed(key)
-        logger.warning("lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given"))
+        logger.warning(
+            "lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given")
+        )
         self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
             if lease.stored_key == stored and (token is None or lease.token == token):
@@ -1475,7 +1659,9 @@ class LockClient:
                 lease._disowned = lease._disowned or lease.owner == broken
                 self._lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
 
-    def _break_request(self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str) -> dict[str, Any]:
+    def _break_request(
+        self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str
+    ) -> dict[str, Any]:
         """A break: the owner and any reservation go, the fence stays, and who broke it and why is recorded."""
         now = self.clock.now()
         names = self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON, it.RESERVED_BY)
@@ -1490,19 +1676,35 @@ class LockClient:
             ConditionExpression=condition,
             ExpressionAttributeNames={**names, "#gc": self.options.ttl_attribute},
             ExpressionAttributeValues={
-                ":now": it.num(now), ":by": {"S": f"{it.BREAK_PREFIX}{by}"}, ":why": {"S": reason or "no reason given"},
-                ":rvn": {"S": mark}, ":gc": self._gc_at(now), **values,
+                ":now": it.num(now),
+                ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
+                ":why": {"S": reason or "no reason given"},
+                ":rvn": {"S": mark},
+                ":gc": self._gc_at(now),
+                **values,
             },
         )
 
-    def create_table(self, *, wait: bool = True, billing_mode: str = "PAY_PER_REQUEST",
-                     read_capacity: int | None = None, write_capacity: int | None = None,
-                     timeout: float = 60.0) -> TableStatus:
+    def create_table(
+        self,
+        *,
+        wait: bool = True,
+        billing_mode: str = "PAY_PER_REQUEST",
+        read_capacity: int | None = None,
+        write_capacity: int | None = None,
+        timeout: float = 60.0,
+    ) -> TableStatus:
         """Create the lock table if needed and enable TTL. Idempotent."""
         self._check_open()
         try:
-            return create_table(self, wait=wait, billing_mode=billing_mode, read_capacity=read_capacity,
-                                write_capacity=write_capacity, timeout=timeout)
+            return create_table(
+                self,
+                wait=wait,
+                billing_mode=billing_mode,
+                read_capacity=read_capacity,
+                write_capacity=write_capacity,
+                timeout=timeout,
+            )
         except (ClientError, BotoCoreError) as exc:
             raise self._translate(exc, "create the lock table") from exc
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from email.utils import parsedate_tz, mktime_tz
+from email.utils import mktime_tz, parsedate_tz
 
 logger = logging.getLogger("django_dynlock")
 
@@ -84,7 +84,9 @@ class ServerClock:
                 # The server's clock moved against ours by more than the interval allows.
                 self.jumps += 1
                 moved = (low + high) / 2 - (cur_low + cur_high) / 2
-                logger.warning("%s's clock moved by about %+.1fs against this host's monotonic clock", self._describe, moved)
+                logger.warning(
+                    "%s's clock moved by about %+.1fs against this host's monotonic clock", self._describe, moved
+                )
                 self._low, self._high = (low, received), (high, received)
                 return
             self._low = (max(cur_low, low), received)

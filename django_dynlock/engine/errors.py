@@ -104,7 +104,9 @@ def may_have_applied(exc: BaseException) -> bool:
     return isinstance(exc, BotoCoreError) and not isinstance(exc, (NoCredentialsError, ParamValidationError))
 
 
-def translate(exc: BaseException, *, table: str, endpoint: str | None, action: str, region: str | None = None) -> DynLockError:
+def translate(
+    exc: BaseException, *, table: str, endpoint: str | None, action: str, region: str | None = None
+) -> DynLockError:
     """A typed error whose message says what to fix. Never includes credentials."""
     where = describe_endpoint(endpoint, region)
     if isinstance(exc, DynLockError):
@@ -133,7 +135,9 @@ def translate(exc: BaseException, *, table: str, endpoint: str | None, action: s
                 code=code,
             )
         if code in RETRYABLE_CODES or server_side(exc):
-            return BackendError(f"DynamoDB at {where} is busy or failing ({code}) while trying to {action}", code=code, retryable=True)
+            return BackendError(
+                f"DynamoDB at {where} is busy or failing ({code}) while trying to {action}", code=code, retryable=True
+            )
         return BackendError(f"DynamoDB at {where} refused to {action}: {code}: {message}", code=code)
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
         return CredentialsError(
@@ -144,17 +148,25 @@ def translate(exc: BaseException, *, table: str, endpoint: str | None, action: s
         return ConfigurationError("no AWS region: set REGION_NAME in the DYNLOCK alias or AWS_DEFAULT_REGION")
     # Settings, not weather: no retry will fix them.
     if isinstance(exc, InvalidRegionError):
-        return ConfigurationError(f"REGION_NAME {exc.kwargs.get('region_name')!r} is not an AWS region name: "
-                                  "use one such as 'eu-west-1'")
+        return ConfigurationError(
+            f"REGION_NAME {exc.kwargs.get('region_name')!r} is not an AWS region name: use one such as 'eu-west-1'"
+        )
     if isinstance(exc, ProfileNotFound):
-        return ConfigurationError(f"the AWS profile {exc.kwargs.get('profile')!r} is not in the AWS config or "
-                                  "credentials files: fix profile_name in SESSION_OPTIONS, or AWS_PROFILE")
+        return ConfigurationError(
+            f"the AWS profile {exc.kwargs.get('profile')!r} is not in the AWS config or "
+            "credentials files: fix profile_name in SESSION_OPTIONS, or AWS_PROFILE"
+        )
     if isinstance(exc, ParamValidationError):
         return InvalidArgument(f"invalid request while trying to {action}: {exc}")
     if isinstance(exc, (EndpointConnectionError, ConnectTimeoutError)):
-        return BackendError(f"could not connect to DynamoDB at {where} while trying to {action}: check ENDPOINT_URL and the network", retryable=True)
+        return BackendError(
+            f"could not connect to DynamoDB at {where} while trying to {action}: check ENDPOINT_URL and the network",
+            retryable=True,
+        )
     if isinstance(exc, (ReadTimeoutError, ConnectionClosedError)):
-        return BackendError(f"no reply from DynamoDB at {where} while trying to {action} (timeout or connection closed)", retryable=True)
+        return BackendError(
+            f"no reply from DynamoDB at {where} while trying to {action} (timeout or connection closed)", retryable=True
+        )
     if isinstance(exc, BotoCoreError):
         return BackendError(f"DynamoDB client error while trying to {action}: {type(exc).__name__}", retryable=True)
     raise exc

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any, Mapping
+from typing import Any
 
 from ..exceptions import InvalidArgument
 
@@ -95,9 +96,11 @@ def holder_map(holder: Mapping[str, Any] | None) -> dict[str, Any]:
     shown = {str(k): _cut(v) for k, v in (holder or {}).items() if v is not None}
     size = sum(len(k.encode("utf-8", "replace")) + len(v.encode("utf-8")) for k, v in shown.items())
     if size > HOLDER_BYTES:
-        raise InvalidArgument(f"holder metadata is {size} bytes (names and values, each value cut to "
-                              f"{HOLDER_VALUE_BYTES}); at most {HOLDER_BYTES} are stored with a lease: "
-                              "keep it to who holds the lock and why")
+        raise InvalidArgument(
+            f"holder metadata is {size} bytes (names and values, each value cut to "
+            f"{HOLDER_VALUE_BYTES}); at most {HOLDER_BYTES} are stored with a lease: "
+            "keep it to who holds the lock and why"
+        )
     return {"M": {k: {"S": v} for k, v in shown.items()}}
 
 
@@ -107,9 +110,19 @@ def number(item: Mapping[str, Any], name: str) -> float | None:
     return float(value) if value is not None else None
 
 
-_TYPES = {"B": "binary", "BOOL": "a boolean", "NULL": "null", "L": "a list", "M": "a map", "SS": "a string set",
-          "NS": "a number set", "BS": "a binary set", "N": "a number", "S": "a string"}
-_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.timezone.utc)
+_TYPES = {
+    "B": "binary",
+    "BOOL": "a boolean",
+    "NULL": "null",
+    "L": "a list",
+    "M": "a map",
+    "SS": "a string set",
+    "NS": "a number set",
+    "BS": "a binary set",
+    "N": "a number",
+    "S": "a string",
+}
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 # The attributes every item of ours has from its first acquire.
 _OURS = (FENCE, RVN)
 
@@ -236,7 +249,7 @@ class LeaseInfo:
         """
         if self.expires_at is None:
             return None
-        now = now or dt.datetime.now(tz=dt.timezone.utc)
+        now = now or dt.datetime.now(tz=dt.UTC)
         return (self.expires_at - now).total_seconds()
 
     def describe(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from ..exceptions import InvalidKey
+
 # DynamoDB's limit for a partition key value.
 MAX_KEY_BYTES = 2048
 
@@ -17,8 +18,9 @@ def validate_key(prefix: str, key: object) -> str:
     try:
         size = len(stored.encode("utf-8"))
     except UnicodeEncodeError as exc:  # a lone surrogate (from a broken decode): no UTF-8 for DynamoDB
-        raise InvalidKey(f"lock key {key[:40]!r} is not valid Unicode: {exc.reason} at position "
-                         f"{exc.start - len(prefix)}") from None
+        raise InvalidKey(
+            f"lock key {key[:40]!r} is not valid Unicode: {exc.reason} at position {exc.start - len(prefix)}"
+        ) from None
     if size > MAX_KEY_BYTES:
         raise InvalidKey(
             f"lock key {key[:40]!r}... is {size} bytes with its prefix; DynamoDB allows "

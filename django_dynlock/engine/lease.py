@@ -15,8 +15,9 @@ import enum
 import logging
 import threading
 import time
+from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ..exceptions import DynLockError, LockLost
 from .items import LeaseInfo
@@ -29,7 +30,7 @@ logger = logging.getLogger("django_dynlock")
 __all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState"]
 
 
-class LeaseState(str, enum.Enum):
+class LeaseState(str, enum.Enum):  # noqa: UP042 (str(state) stays "LeaseState.HELD")
     HELD = "held"
     AT_RISK = "at_risk"  # a renewal failed; the lease is still valid for remaining()
     LOST = "lost"

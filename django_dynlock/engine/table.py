@@ -123,7 +123,9 @@ def create_table(
     deadline = time.monotonic() + timeout
     while wait and status.status != "ACTIVE":
         if time.monotonic() >= deadline:
-            raise BackendError(f"table {options.table_name!r} is still {status.status} after {timeout:.0f}s", retryable=True)
+            raise BackendError(
+                f"table {options.table_name!r} is still {status.status} after {timeout:.0f}s", retryable=True
+            )
         time.sleep(0.5)
         status = describe_table(client)
     status.created = created
@@ -147,6 +149,8 @@ def create_table(
     elif status.ttl_attribute not in (None, options.ttl_attribute):
         logger.warning(
             "table %r has TTL on %r, not on %r: idle lock items will not expire",
-            options.table_name, status.ttl_attribute, options.ttl_attribute,
+            options.table_name,
+            status.ttl_attribute,
+            options.ttl_attribute,
         )
     return status

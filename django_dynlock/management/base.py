@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import math
-from typing import Any, Iterator, NoReturn
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
@@ -114,7 +115,7 @@ class DynLockCommand(BaseCommand):
                 cli_error(message)
             raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
 
-        parser.error = error  # type: ignore[method-assign]
+        parser.error = error
         return parser
 
     def check(self, *args: Any, **kwargs: Any) -> None:
@@ -129,7 +130,8 @@ class DynLockCommand(BaseCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument(
-            "--alias", default=conf.DEFAULT_ALIAS,
+            "--alias",
+            default=conf.DEFAULT_ALIAS,
             help="The DYNLOCK alias (table and connection) to use. Default: %(default)s.",
         )
 

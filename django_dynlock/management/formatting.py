@@ -131,8 +131,12 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
 
 def summary(info: LeaseInfo, now: dt.datetime) -> str:
     """One line for breaklock and runlocked: token, holder, timing, metadata; safe to print."""
-    parts = [f"token {info.token}", f"held by {holder_text(info)}", f"acquired {ago(info.acquired_at, now)}",
-             expires(info, now) if state(info, now) == "expired" else f"expires {expires(info, now)}"]
+    parts = [
+        f"token {info.token}",
+        f"held by {holder_text(info)}",
+        f"acquired {ago(info.acquired_at, now)}",
+        expires(info, now) if state(info, now) == "expired" else f"expires {expires(info, now)}",
+    ]
     extra = metadata_text(info)
     if extra:
         parts.append(extra)

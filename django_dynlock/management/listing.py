@@ -11,19 +11,42 @@ import csv
 import datetime as dt
 import itertools
 import json
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, TextIO
+from typing import Protocol
 
 from ..engine.items import LeaseInfo
 from ..engine.text import printable
 from . import formatting as fmt
 
+
+class Writer(Protocol):
+    """Where the listings go: a text file, or a command's output without its line endings."""
+
+    def write(self, text: str, /) -> object: ...
+
+
 WIDTH_SAMPLE = 100  # rows that decide the table's column widths
 MAX_WIDTH = 48  # no column gets wider than this from the sample alone
 
 CSV_FIELDS = (
-    "key", "state", "token", "host", "pid", "thread", "holder", "owner", "acquired_at", "expires_at",
-    "expires_in", "lease_seconds", "released_at", "released_by", "break_reason", "reserved_by", "problems",
+    "key",
+    "state",
+    "token",
+    "host",
+    "pid",
+    "thread",
+    "holder",
+    "owner",
+    "acquired_at",
+    "expires_at",
+    "expires_in",
+    "lease_seconds",
+    "released_at",
+    "released_by",
+    "break_reason",
+    "reserved_by",
+    "problems",
 )
 
 
@@ -45,7 +68,7 @@ def visible(infos: Iterable[LeaseInfo], now: dt.datetime, show_all: bool, counts
         yield info
 
 
-def write_json(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> None:
+def write_json(infos: Iterable[LeaseInfo], now: dt.datetime, out: Writer) -> None:
     """One JSON array, written element by element."""
     empty = True
     out.write("[")
@@ -71,7 +94,7 @@ def csv_cell(value: object) -> object:
     return value
 
 
-def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO) -> None:
+def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: Writer) -> None:
     # RFC 4180's CRLF: the writer then quotes a field holding a CR as well as one holding
     # a LF (with "\n" alone, a key with a CR was written bare and broke the row).
     writer = csv.DictWriter(out, fieldnames=CSV_FIELDS, lineterminator="\r\n")
@@ -98,7 +121,11 @@ def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
 
 
 def write_table(
-    infos: Iterable[LeaseInfo], now: dt.datetime, out: TextIO, *, show_state: bool,
+    infos: Iterable[LeaseInfo],
+    now: dt.datetime,
+    out: Writer,
+    *,
+    show_state: bool,
     header_style: Callable[[str], str] = str,
 ) -> None:
     header = ["KEY"] + (["STATE"] if show_state else []) + ["TOKEN", "HOLDER", "ACQUIRED", "EXPIRES", "METADATA"]

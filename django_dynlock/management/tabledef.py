@@ -14,7 +14,9 @@ from typing import Any
 from ..engine.options import ClientOptions
 
 
-def create_table_request(options: ClientOptions, billing_mode: str, read: int | None, write: int | None) -> dict[str, Any]:
+def create_table_request(
+    options: ClientOptions, billing_mode: str, read: int | None, write: int | None
+) -> dict[str, Any]:
     """CreateTable parameters, also valid for ``aws dynamodb create-table --cli-input-json``."""
     request: dict[str, Any] = {
         "TableName": options.table_name,

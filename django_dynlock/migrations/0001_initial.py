@@ -4,24 +4,22 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     initial = True
 
-    dependencies = [
-    ]
+    dependencies = []
 
     operations = [
         migrations.CreateModel(
-            name='Lease',
+            name="Lease",
             fields=[
-                ('key', models.CharField(max_length=2048, primary_key=True, serialize=False, verbose_name='key')),
+                ("key", models.CharField(max_length=2048, primary_key=True, serialize=False, verbose_name="key")),
             ],
             options={
-                'verbose_name': 'lease',
-                'verbose_name_plural': 'leases',
-                'permissions': [('view_lease', 'Can view leases'), ('break_lease', 'Can break leases')],
-                'managed': False,
-                'default_permissions': (),
+                "verbose_name": "lease",
+                "verbose_name_plural": "leases",
+                "permissions": [("view_lease", "Can view leases"), ("break_lease", "Can break leases")],
+                "managed": False,
+                "default_permissions": (),
             },
         ),
     ]

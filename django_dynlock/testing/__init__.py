@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import uuid
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from django.test import override_settings
 
@@ -63,7 +64,9 @@ class lock_table(contextlib.ContextDecorator):
                 try:
                     from moto import mock_aws
                 except ImportError as exc:  # pragma: no cover - depends on the environment
-                    raise ImportError("lock_table() without endpoint_url needs moto: pip install django-dynlock[testing]") from exc
+                    raise ImportError(
+                        "lock_table() without endpoint_url needs moto: pip install django-dynlock[testing]"
+                    ) from exc
                 stack.enter_context(mock_aws())
             from django.conf import settings
 

@@ -27,7 +27,7 @@ class Event(models.Model):
         return self.name
 
     @dynamo_lock("event:{self.pk}", wait=10, reentrant=True)
-    def book_seat(self, name: str, think: float = 0.0) -> "Booking":
+    def book_seat(self, name: str, think: float = 0.0) -> Booking:
         """Read, think, write: unsafe without the lock, because each step is separate."""
         lease = dynamo_lock.current()
         event = Event.objects.get(pk=self.pk)  # a fresh read under the lock
@@ -38,7 +38,7 @@ class Event(models.Model):
             raise RuntimeError("a newer lock holder has written this event")
         return Booking.objects.create(event=event, name=name, token=lease.token)
 
-    def book_seat_unlocked(self, name: str, think: float = 0.0) -> "Booking":
+    def book_seat_unlocked(self, name: str, think: float = 0.0) -> Booking:
         """The same steps without a lock, for the demo's comparison."""
         event = Event.objects.get(pk=self.pk)
         if event.seats_left == 0:

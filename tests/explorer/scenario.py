@@ -27,8 +27,9 @@ from __future__ import annotations
 import contextlib
 import itertools
 import math
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator
+from typing import Any
 from unittest import mock
 
 from botocore.exceptions import ClientError
@@ -123,7 +124,9 @@ class Ledger:
         """A request reached the store (on time or late): note the grants and breaks it made."""
         if isinstance(outcome, ClientError):
             return
-        updates = [entry["Update"] for entry in params["TransactItems"]] if operation == "transact_write_items" else [params]
+        updates = (
+            [entry["Update"] for entry in params["TransactItems"]] if operation == "transact_write_items" else [params]
+        )
         for update in updates if operation in ("update_item", "transact_write_items") else []:
             values = update.get("ExpressionAttributeValues", {})
             key = update["Key"]["key"]["S"]
@@ -146,7 +149,9 @@ class Ledger:
 
     def granted_at(self, rec: Record) -> float:
         """When the write that made this lease landed: its owner's last acquire on the key before it."""
-        return max(at for at, key, owner in self.grants if key == rec.key and owner == rec.lease.owner and at <= rec.created)
+        return max(
+            at for at, key, owner in self.grants if key == rec.key and owner == rec.lease.owner and at <= rec.created
+        )
 
     def _broken_between(self, one: Record, other: Record) -> bool:
         """An operator's break ends a lease at once, but its holder learns of it only at its
@@ -185,11 +190,13 @@ class Ledger:
         by_key: dict[str, list[Record]] = {}
         for rec in self.records.values():
             by_key.setdefault(rec.key, []).append(rec)
-        for key, recs in by_key.items():
+        for recs in by_key.values():
             handed = sorted((r for r in recs if r.returned is not None), key=self.granted_at)
             for earlier, later in zip(handed, handed[1:]):
                 if later.lease.token <= earlier.lease.token:
-                    self.violate(f"token of {later.describe()} not above {earlier.describe()}, granted before it (invariant 2)")
+                    self.violate(
+                        f"token of {later.describe()} not above {earlier.describe()}, granted before it (invariant 2)"
+                    )
             for one, other in itertools.combinations(recs, 2):
                 if one.lease.owner == other.lease.owner or self._broken_between(one, other):
                     continue
@@ -268,7 +275,9 @@ class Scenario:
         self.server = c.one_of(list(SERVERS))
         dates, returns_item, transactions = SERVERS[self.server]
         self.lease = c.one_of([3.0, 1.5, 6.0])
-        self.world = World(c, store, dates=dates, returns_item=returns_item, transactions=transactions, seed=c.pick(1000))
+        self.world = World(
+            c, store, dates=dates, returns_item=returns_item, transactions=transactions, seed=c.pick(1000)
+        )
         self.ledger = Ledger(self.world)
         self.world.on_apply = self.ledger.applied
         self.table = f"explore-{next(_tables)}"
@@ -282,8 +291,11 @@ class Scenario:
 
     def _options(self) -> ClientOptions:
         return ClientOptions(
-            table_name=self.table, endpoint_url=ENDPOINT, region_name="us-east-1",
-            lease_duration=self.lease, heartbeat_period=self.lease / 3,
+            table_name=self.table,
+            endpoint_url=ENDPOINT,
+            region_name="us-east-1",
+            lease_duration=self.lease,
+            heartbeat_period=self.lease / 3,
         )
 
     def _client(self, actor: Actor) -> LockClient:
@@ -316,10 +328,18 @@ class Scenario:
 
     def _draw_operation(self, actor: Actor) -> tuple[Callable[[], None], bool]:
         c, lease = self.choices, self.lease
-        kind = c.weighted([
-            ("acquire", 6), ("release", 5), ("try", 2), ("many", 2), ("extend", 2), ("break", 2), ("crash", 1),
-            ("cut", 1),
-        ])
+        kind = c.weighted(
+            [
+                ("acquire", 6),
+                ("release", 5),
+                ("try", 2),
+                ("many", 2),
+                ("extend", 2),
+                ("break", 2),
+                ("crash", 1),
+                ("cut", 1),
+            ]
+        )
         key = c.one_of(KEYS)
         wait = c.one_of([0.0, 0.3, lease + 1.0])
         pick = c.pick(3)
@@ -456,7 +476,7 @@ class Scenario:
                 continue
             actor.cut_until = -math.inf
             for handle, leases in self.handles[actor.name]:
-                world.run_as(actor, lambda: self._release_handle(actor, handle, leases))
+                world.run_as(actor, lambda: self._release_handle(actor, handle, leases))  # noqa: B023 (called in this iteration)
             self.handles[actor.name] = []
         # Requests still in the network land; release retries and lapsing reservations run out.
         world.run_until(world.now + 16 * self.lease)
@@ -467,7 +487,7 @@ class Scenario:
             wait = self.lease + TAKEOVER_SLACK if excused else 0.0
             started = world.now
             try:
-                lease = world.run_as(checker, lambda: checker.client.acquire(key, wait=wait))
+                lease = world.run_as(checker, lambda: checker.client.acquire(key, wait=wait))  # noqa: B023 (called in this iteration)
             except LockNotAcquired as busy:
                 ledger.violate(
                     f"{key} still held {world.now - started:.2f}s into the final check "

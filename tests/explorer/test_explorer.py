@@ -43,7 +43,9 @@ def store():
     from moto import mock_aws
 
     with mock_aws():
-        yield boto3.client("dynamodb", region_name="us-east-1", aws_access_key_id="explorer", aws_secret_access_key="explorer")
+        yield boto3.client(
+            "dynamodb", region_name="us-east-1", aws_access_key_id="explorer", aws_secret_access_key="explorer"
+        )
 
 
 def explore(choices: Choices, store, rewrite=None) -> Scenario:
@@ -60,9 +62,14 @@ def explore(choices: Choices, store, rewrite=None) -> Scenario:
     return scenario
 
 
-@settings(max_examples=3000 if LONG else 100, deadline=None, derandomize=not LONG, database=None,
-          phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(
+    max_examples=3000 if LONG else 100,
+    deadline=None,
+    derandomize=not LONG,
+    database=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
 @given(st.data())
 def test_no_schedule_breaks_an_invariant(store, data):
     explore(Choices(data), store)
@@ -91,7 +98,9 @@ REVERTED = {
     # delayed one could land after a later one and move the expiry (or the rvn) back.
     "ordered-writes": [("#owner = :me AND #seq < :seq", "#owner = :me")],
     # Finding 5: no release-slot guard, so an attempt landing after its undo holds the key.
-    "release-slots": [("OR NOT contains(#slot, :tag))", "OR NOT contains(#slot, :tag) OR attribute_not_exists(#owner))")],
+    "release-slots": [
+        ("OR NOT contains(#slot, :tag))", "OR NOT contains(#slot, :tag) OR attribute_not_exists(#owner))")
+    ],
 }
 
 

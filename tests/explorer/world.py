@@ -24,14 +24,15 @@ list when a counterexample is replayed as a regression test.
 
 from __future__ import annotations
 
-from copy import deepcopy as _deepcopy
 import heapq
 import itertools
 import math
 import random
 import uuid
+from collections.abc import Callable
+from copy import deepcopy as _deepcopy
 from email.utils import formatdate
-from typing import Any, Callable
+from typing import Any
 
 from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeoutError
 
@@ -129,8 +130,16 @@ class Actor:
 class World:
     """Virtual time, the event queue, and the network to one real store."""
 
-    def __init__(self, choices: Choices, store: Any, *, dates: bool = True, returns_item: bool = True,
-                 transactions: bool = True, seed: int = 0):
+    def __init__(
+        self,
+        choices: Choices,
+        store: Any,
+        *,
+        dates: bool = True,
+        returns_item: bool = True,
+        transactions: bool = True,
+        seed: int = 0,
+    ):
         self.choices = choices
         self.store = store  # a real boto3 DynamoDB client (moto in-process)
         self.dates = dates
@@ -190,8 +199,14 @@ class World:
 
     # -- the network ----------------------------------------------------------------------
     FATES = [
-        ("ok", 70), ("held", 6), ("reply_lost", 6), ("duplicate", 4), ("refused", 4),
-        ("500_applied", 4), ("500", 3), ("throttled", 3),
+        ("ok", 70),
+        ("held", 6),
+        ("reply_lost", 6),
+        ("duplicate", 4),
+        ("refused", 4),
+        ("500_applied", 4),
+        ("500", 3),
+        ("throttled", 3),
     ]
 
     def request(self, actor: Actor, operation: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -290,8 +305,10 @@ class World:
             headers["date"] = date
 
     def _error(self, api: str, code: str, status: int) -> ClientError:
-        response: dict[str, Any] = {"Error": {"Code": code, "Message": "injected by the schedule explorer"},
-                                    "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}}}
+        response: dict[str, Any] = {
+            "Error": {"Code": code, "Message": "injected by the schedule explorer"},
+            "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
+        }
         self._set_date(response, self._date_header())
         return ClientError(response, api)
 

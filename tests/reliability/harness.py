@@ -12,9 +12,10 @@ import multiprocessing
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 from tests.faultproxy import FaultProxy
 from tests.reliability.history import Section, Violation, check, load_sections
@@ -55,8 +56,14 @@ class ProxyGroup:
 
     def __init__(self, upstream_url: str, n: int, *, seed: int = 0, max_seconds: float = 600.0, record: bool = False):
         self.proxies = [
-            FaultProxy(upstream_url, seed=seed + i, max_seconds=max_seconds, max_requests=2_000_000,
-                       lifetime_seconds=max_seconds + 60, record=record).start()
+            FaultProxy(
+                upstream_url,
+                seed=seed + i,
+                max_seconds=max_seconds,
+                max_requests=2_000_000,
+                lifetime_seconds=max_seconds + 60,
+                record=record,
+            ).start()
             for i in range(n)
         ]
 
@@ -118,8 +125,16 @@ class Results:
 class Fleet:
     """``n`` worker processes running critical sections on ``keys``."""
 
-    def __init__(self, tmp_path: Path, endpoints: list[str], table: str, keys: Iterable[str], *,
-                 assign: str = "random", **plan: Any):
+    def __init__(
+        self,
+        tmp_path: Path,
+        endpoints: list[str],
+        table: str,
+        keys: Iterable[str],
+        *,
+        assign: str = "random",
+        **plan: Any,
+    ):
         """``assign="random"``: each section picks one of ``keys`` at random;
         ``"fixed"``: worker ``i`` always uses ``keys[i % len(keys)]`` (so a stall on
         one key cannot draw every worker onto it)."""
@@ -128,9 +143,16 @@ class Fleet:
         self.counter_dir.mkdir(parents=True)
         self.keys = tuple(keys)
         self.plans = [
-            Plan(name=f"w{i}", endpoint_url=url, table=table, counter_dir=str(self.counter_dir),
-                 keys=self.keys if assign == "random" else (self.keys[i % len(self.keys)],),
-                 out=str(self.dir / f"w{i}.jsonl"), seed=1000 + i, **plan)
+            Plan(
+                name=f"w{i}",
+                endpoint_url=url,
+                table=table,
+                counter_dir=str(self.counter_dir),
+                keys=self.keys if assign == "random" else (self.keys[i % len(self.keys)],),
+                out=str(self.dir / f"w{i}.jsonl"),
+                seed=1000 + i,
+                **plan,
+            )
             for i, url in enumerate(endpoints)
         ]
         self.go = SPAWN.Event()
@@ -139,8 +161,10 @@ class Fleet:
 
     def start(self) -> Fleet:
         """Spawn every worker and wait until each has built its client."""
-        self.processes = [SPAWN.Process(target=run_sections, args=(plan, self.go, self.stop_event), name=plan.name, daemon=True)
-                          for plan in self.plans]
+        self.processes = [
+            SPAWN.Process(target=run_sections, args=(plan, self.go, self.stop_event), name=plan.name, daemon=True)
+            for plan in self.plans
+        ]
         for process in self.processes:
             process.start()
         deadline = time.monotonic() + START_TIMEOUT
@@ -206,13 +230,24 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 0.02) -> No
 class Scenario:
     """A fresh table, one proxy per worker (plus spares), a fleet; all cleaned up on exit."""
 
-    def __init__(self, endpoint_url: str, tmp_path: Path, workers: int, keys: Iterable[str], *,
-                 spare_proxies: int = 0, record: bool = False, assign: str = "random", **plan: Any):
+    def __init__(
+        self,
+        endpoint_url: str,
+        tmp_path: Path,
+        workers: int,
+        keys: Iterable[str],
+        *,
+        spare_proxies: int = 0,
+        record: bool = False,
+        assign: str = "random",
+        **plan: Any,
+    ):
         self.endpoint_url = endpoint_url
         self.table = create_table(endpoint_url)
         self.proxies = ProxyGroup(endpoint_url, workers + spare_proxies, record=record)
-        self.fleet = Fleet(tmp_path, [p.endpoint_url for p in self.proxies.proxies[:workers]], self.table, keys,
-                           assign=assign, **plan)
+        self.fleet = Fleet(
+            tmp_path, [p.endpoint_url for p in self.proxies.proxies[:workers]], self.table, keys, assign=assign, **plan
+        )
         self.spares = self.proxies.proxies[workers:]
 
     def __enter__(self) -> Scenario:
@@ -231,8 +266,13 @@ class Scenario:
     def side_plan(self, name: str, proxy: FaultProxy | None = None, **changes: Any) -> Plan:
         """A plan like the fleet's, for an extra process (a victim), with its own output."""
         base = self.fleet.plans[0]
-        return replace(base, name=name, endpoint_url=(proxy.endpoint_url if proxy else self.endpoint_url),
-                       out=str(self.fleet.dir / f"{name}.jsonl"), **changes)
+        return replace(
+            base,
+            name=name,
+            endpoint_url=(proxy.endpoint_url if proxy else self.endpoint_url),
+            out=str(self.fleet.dir / f"{name}.jsonl"),
+            **changes,
+        )
 
 
 def records_of(path: str | Path) -> list[dict]:

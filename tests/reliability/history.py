@@ -30,9 +30,9 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
+from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Iterable, Mapping
 
 __all__ = ["Section", "Violation", "check", "load_sections", "summarize"]
 
@@ -50,8 +50,7 @@ class Section:
 
     def describe(self) -> str:
         what = "wrote" if self.wrote else f"lost ({self.lost_reason or '?'})"
-        return (f"{self.worker or '?'} token {self.token} [{self.start:.6f}, {self.end:.6f}] "
-                f"read {self.read} {what}")
+        return f"{self.worker or '?'} token {self.token} [{self.start:.6f}, {self.end:.6f}] read {self.read} {what}"
 
     def to_json(self) -> str:
         return json.dumps({"type": "section", **asdict(self)})
@@ -83,14 +82,18 @@ def check(
         if section.end < section.start:
             violations.append(Violation("bad-record", section.key, f"ends before it starts: {section.describe()}"))
         if section.wrote and section.read is None:
-            violations.append(Violation("bad-record", section.key, f"wrote without recording what it read: {section.describe()}"))
+            violations.append(
+                Violation("bad-record", section.key, f"wrote without recording what it read: {section.describe()}")
+            )
         by_key[section.key].append(section)
 
     for key, history in sorted(by_key.items()):
         history.sort(key=lambda s: (s.start, s.end))
         violations.extend(_overlaps(key, history))
         violations.extend(_token_order(key, history))
-        violations.extend(_lost_updates(key, history, initial, None if counters is None else counters.get(key, initial)))
+        violations.extend(
+            _lost_updates(key, history, initial, None if counters is None else counters.get(key, initial))
+        )
     for key, value in sorted((counters or {}).items()):
         if key not in by_key and value != initial:
             violations.append(Violation("lost-update", key, f"counter is {value} but no section ran on it"))
@@ -103,10 +106,13 @@ def _overlaps(key: str, history: list[Section]) -> list[Violation]:
     latest: Section | None = None
     for section in history:
         if latest is not None and section.start < latest.end:
-            found.append(Violation(
-                "overlap", key,
-                f"{section.describe()} started {latest.end - section.start:.6f}s before {latest.describe()} ended",
-            ))
+            found.append(
+                Violation(
+                    "overlap",
+                    key,
+                    f"{section.describe()} started {latest.end - section.start:.6f}s before {latest.describe()} ended",
+                )
+            )
         if latest is None or section.end > latest.end:
             latest = section
     return found
@@ -116,10 +122,13 @@ def _token_order(key: str, history: list[Section]) -> list[Violation]:
     found = []
     for before, after in zip(history, history[1:]):
         if after.token <= before.token:
-            found.append(Violation(
-                "token-order", key,
-                f"token {after.token} ({after.describe()}) acquired after token {before.token} ({before.describe()})",
-            ))
+            found.append(
+                Violation(
+                    "token-order",
+                    key,
+                    f"token {after.token} ({after.describe()}) acquired after token {before.token} ({before.describe()})",
+                )
+            )
     return found
 
 
@@ -135,16 +144,23 @@ def _lost_updates(key: str, history: list[Section], initial: int, final: int | N
             expected += 1  # already reported as a bad record
             continue
         if section.read != expected:
-            found.append(Violation(
-                "lost-update", key,
-                f"{section.describe()} read {section.read}, but {writers - 1} earlier sections had written "
-                f"(counter should have been {expected})",
-            ))
+            found.append(
+                Violation(
+                    "lost-update",
+                    key,
+                    f"{section.describe()} read {section.read}, but {writers - 1} earlier sections had written "
+                    f"(counter should have been {expected})",
+                )
+            )
         expected = section.read + 1
     if final is not None and final != initial + writers:
-        found.append(Violation(
-            "lost-update", key, f"final counter is {final}, but {writers} sections wrote (expected {initial + writers})",
-        ))
+        found.append(
+            Violation(
+                "lost-update",
+                key,
+                f"final counter is {final}, but {writers} sections wrote (expected {initial + writers})",
+            )
+        )
     return found
 
 
@@ -174,7 +190,9 @@ def load_sections(paths: Iterable[Path | str]) -> tuple[list[Section], list[dict
 def summarize(sections: list[Section], violations: list[Violation]) -> str:
     keys = sorted({s.key for s in sections})
     wrote = sum(s.wrote for s in sections)
-    lines = [f"{len(sections)} sections on {len(keys)} keys, {wrote} wrote, "
-             f"{len(sections) - wrote} saw their lease lost; {len(violations)} violations"]
+    lines = [
+        f"{len(sections)} sections on {len(keys)} keys, {wrote} wrote, "
+        f"{len(sections) - wrote} saw their lease lost; {len(violations)} violations"
+    ]
     lines += [f"  {v}" for v in violations[:20]]
     return "\n".join(lines)

@@ -39,9 +39,19 @@ def run_skewed_holder(endpoint_url: str, tmp_path: Path, offset: float) -> dict:
     table = create_table(endpoint_url)
     report = tmp_path / "holder.txt"
     with FaultProxy(endpoint_url, max_seconds=120) as proxy:
-        plan = Plan(name="holder", endpoint_url=proxy.endpoint_url, table=table, keys=("k",),
-                    counter_dir=str(tmp_path), out=str(tmp_path / "holder.jsonl"), lease=LEASE, heartbeat=HEARTBEAT,
-                    clock_offset=offset, read_timeout=0.3, wait=10.0)
+        plan = Plan(
+            name="holder",
+            endpoint_url=proxy.endpoint_url,
+            table=table,
+            keys=("k",),
+            counter_dir=str(tmp_path),
+            out=str(tmp_path / "holder.jsonl"),
+            lease=LEASE,
+            heartbeat=HEARTBEAT,
+            clock_offset=offset,
+            read_timeout=0.3,
+            wait=10.0,
+        )
         holder = SPAWN.Process(target=believe_and_report, args=(plan, str(report), 20.0), daemon=True)
         holder.start()
         waiter = client_for(endpoint_url, table, lease_duration=LEASE, heartbeat_period=HEARTBEAT)
@@ -64,10 +74,18 @@ def run_skewed_holder(endpoint_url: str, tmp_path: Path, offset: float) -> dict:
             holder.kill()
             delete_table(endpoint_url, table)
     last_held = max(t for state, t in beliefs if state == "HELD")
-    print(f"\nholder clock {offset:+.0f}s (lease {LEASE}s): cut off; it last believed {last_held - cut:.2f}s later, "
-          f"the waiter sent its takeover {took_over - cut:.2f}s later ({took_over - last_held:.2f}s apart)")
-    return {"cut": cut, "took_over": took_over, "last_held": last_held, "held_token": held_token,
-            "taken_token": taken.token, "beliefs": len(beliefs)}
+    print(
+        f"\nholder clock {offset:+.0f}s (lease {LEASE}s): cut off; it last believed {last_held - cut:.2f}s later, "
+        f"the waiter sent its takeover {took_over - cut:.2f}s later ({took_over - last_held:.2f}s apart)"
+    )
+    return {
+        "cut": cut,
+        "took_over": took_over,
+        "last_held": last_held,
+        "held_token": held_token,
+        "taken_token": taken.token,
+        "beliefs": len(beliefs),
+    }
 
 
 @pytest.mark.parametrize("offset", [+60.0, -60.0], ids=["holder-60s-ahead", "holder-60s-behind"])

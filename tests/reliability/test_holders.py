@@ -32,8 +32,17 @@ def begin_record(plan) -> dict:
 
 
 def test_a_killed_holder_is_taken_over_within_a_lease_and_nothing_overlaps(server, tmp_path):
-    with Scenario(server.endpoint_url, tmp_path, 3, ["a", "b"], spare_proxies=1,
-                  hold=0.01, lease=LEASE, heartbeat=HEARTBEAT, wait=4.0) as sc:
+    with Scenario(
+        server.endpoint_url,
+        tmp_path,
+        3,
+        ["a", "b"],
+        spare_proxies=1,
+        hold=0.01,
+        lease=LEASE,
+        heartbeat=HEARTBEAT,
+        wait=4.0,
+    ) as sc:
         plan = sc.side_plan("victim", sc.spares[0], max_seconds=60)
         holder = sc.spawn(victim, plan)
         try:
@@ -49,13 +58,23 @@ def test_a_killed_holder_is_taken_over_within_a_lease_and_nothing_overlaps(serve
         finally:
             holder.kill()
         # The victim believed it held "a" from its start until it died.
-        dead = Section("a", began["token"], began["start"], killed, wrote=False, read=began["read"], worker="victim",
-                       lost_reason="killed")
+        dead = Section(
+            "a",
+            began["token"],
+            began["start"],
+            killed,
+            wrote=False,
+            read=began["read"],
+            worker="victim",
+            lost_reason="killed",
+        )
         result = sc.fleet.results(extra=[dead])
     after = sorted((s for s in result.sections if s.key == "a" and s.worker != "victim"), key=lambda s: s.start)
-    print(f"\n[{server.kind}] kill: {len(result.sections)} sections, {len(result.violations)} violations, "
-          f"taken over {after[0].start - killed if after else float('nan'):.2f}s after SIGKILL (lease {LEASE}s); "
-          f"stats {dict(result.stats)}")
+    print(
+        f"\n[{server.kind}] kill: {len(result.sections)} sections, {len(result.violations)} violations, "
+        f"taken over {after[0].start - killed if after else float('nan'):.2f}s after SIGKILL (lease {LEASE}s); "
+        f"stats {dict(result.stats)}"
+    )
     assert result.violations == [], summarize(result.sections, result.violations)
     assert after, "nobody took over the dead holder's key"
     assert after[0].start > killed and after[0].token > began["token"]
@@ -65,20 +84,32 @@ def test_a_killed_holder_is_taken_over_within_a_lease_and_nothing_overlaps(serve
 
 
 def test_a_stopped_holder_resumes_knowing_it_lost_and_does_not_write(server, tmp_path):
-    with Scenario(server.endpoint_url, tmp_path, 3, ["a", "b"], spare_proxies=1,
-                  hold=0.01, lease=LEASE, heartbeat=HEARTBEAT, wait=4.0) as sc:
+    with Scenario(
+        server.endpoint_url,
+        tmp_path,
+        3,
+        ["a", "b"],
+        spare_proxies=1,
+        hold=0.01,
+        lease=LEASE,
+        heartbeat=HEARTBEAT,
+        wait=4.0,
+    ) as sc:
         plan = sc.side_plan("victim", sc.spares[0], max_seconds=60)
         holder = sc.spawn(victim, plan)
         try:
-            began = begin_record(plan)
+            begin_record(plan)
             sc.fleet.start()
             sc.fleet.release()
             time.sleep(0.5)
             os.kill(holder.pid, signal.SIGSTOP)  # a long GC pause, a frozen VM...
             stopped = time.time()
             # Past its lease: the others take "a" over and write to its counter.
-            wait_for(lambda: sum(1 for s in sc.fleet.results().sections if s.key == "a") >= 5, LEASE + 30,
-                     "the others to take over the stopped holder's key")
+            wait_for(
+                lambda: sum(1 for s in sc.fleet.results().sections if s.key == "a") >= 5,
+                LEASE + 30,
+                "the others to take over the stopped holder's key",
+            )
             Path(plan.out + ".go").touch()  # on waking, it goes straight for its write
             os.kill(holder.pid, signal.SIGCONT)
             holder.join(20)
@@ -90,10 +121,12 @@ def test_a_stopped_holder_resumes_knowing_it_lost_and_does_not_write(server, tmp
         result = sc.fleet.results(files=[plan.out])
     mine = [s for s in result.sections if s.worker == "victim"]
     others = [s for s in result.sections if s.key == "a" and s.worker != "victim"]
-    print(f"\n[{server.kind}] pause: {len(result.sections)} sections, {len(result.violations)} violations; "
-          f"the stopped holder: {mine[0].describe() if mine else 'no record'}; it stopped believing "
-          f"{min(s.start for s in others) - mine[0].end if mine and others else float('nan'):.2f}s before the "
-          f"first takeover; stats {dict(result.stats)}")
+    print(
+        f"\n[{server.kind}] pause: {len(result.sections)} sections, {len(result.violations)} violations; "
+        f"the stopped holder: {mine[0].describe() if mine else 'no record'}; it stopped believing "
+        f"{min(s.start for s in others) - mine[0].end if mine and others else float('nan'):.2f}s before the "
+        f"first takeover; stats {dict(result.stats)}"
+    )
     assert len(mine) == 1 and not mine[0].wrote and mine[0].lost_reason == "expired", mine
     assert mine[0].end < stopped + LEASE, "it believed past its lease"
     assert result.violations == [], summarize(result.sections, result.violations)
@@ -103,8 +136,17 @@ def test_a_stopped_holder_resumes_knowing_it_lost_and_does_not_write(server, tmp
 def test_an_outage_during_leases_ends_them_before_they_run_out_and_hands_out_none(server, tmp_path):
     # Sections longer than the lease: only heartbeats keep them held.
     lease, heartbeat, hold, outage = 1.5, 0.5, 2.5, 2.5
-    with Scenario(server.endpoint_url, tmp_path, 4, ["a", "b"], hold=hold, lease=lease, heartbeat=heartbeat,
-                  wait=4.0, announce=True) as sc:
+    with Scenario(
+        server.endpoint_url,
+        tmp_path,
+        4,
+        ["a", "b"],
+        hold=hold,
+        lease=lease,
+        heartbeat=heartbeat,
+        wait=4.0,
+        announce=True,
+    ) as sc:
         sc.fleet.start()
         sc.fleet.release()
         time.sleep(0.5)
@@ -119,10 +161,12 @@ def test_an_outage_during_leases_ends_them_before_they_run_out_and_hands_out_non
         sc.fleet.stop()
         result = sc.fleet.results()
     lost = [e for e in result.events("lost") if paused <= e["t"] <= resumed]
-    print(f"\n[{server.kind}] outage of {outage}s: {len(result.sections)} sections, {len(result.violations)} "
-          f"violations, {len(result.events('at_risk'))} at risk, {len(lost)} lost during the outage, told at most "
-          f"{max((e['m'] - e['valid_until'] for e in lost), default=float('nan')) * 1000:.0f} ms after local "
-          f"validity ended (margin {MARGIN * lease * 1000:.0f} ms); stats {dict(result.stats)}")
+    print(
+        f"\n[{server.kind}] outage of {outage}s: {len(result.sections)} sections, {len(result.violations)} "
+        f"violations, {len(result.events('at_risk'))} at risk, {len(lost)} lost during the outage, told at most "
+        f"{max((e['m'] - e['valid_until'] for e in lost), default=float('nan')) * 1000:.0f} ms after local "
+        f"validity ended (margin {MARGIN * lease * 1000:.0f} ms); stats {dict(result.stats)}"
+    )
     assert result.violations == [], summarize(result.sections, result.violations)
 
     # Nobody is told they hold a lock while DynamoDB is unreachable (a reply already on its
@@ -148,8 +192,9 @@ def test_an_outage_during_leases_ends_them_before_they_run_out_and_hands_out_non
 
 def test_a_throttling_storm_costs_no_lease_and_breaks_nothing(server, tmp_path):
     lease, heartbeat, hold = 3.0, 1.0, 1.5
-    with Scenario(server.endpoint_url, tmp_path, 4, ["a", "b"], hold=hold, lease=lease, heartbeat=heartbeat,
-                  wait=2.0) as sc:
+    with Scenario(
+        server.endpoint_url, tmp_path, 4, ["a", "b"], hold=hold, lease=lease, heartbeat=heartbeat, wait=2.0
+    ) as sc:
         sc.fleet.start()
         sc.fleet.release()
         time.sleep(1.5)
@@ -166,10 +211,12 @@ def test_a_throttling_storm_costs_no_lease_and_breaks_nothing(server, tmp_path):
         sc.fleet.stop()
         result = sc.fleet.results()
     throttled = during["throttle"] - before["throttle"]
-    print(f"\n[{server.kind}] throttling storm: {throttled} of {during['requests'] - before['requests']} requests "
-          f"throttled; {len(result.sections)} sections, {len(result.violations)} violations, "
-          f"{len(result.events('at_risk'))} renewals at risk, {len(result.events('recovered'))} recovered, "
-          f"{len(result.events('lost'))} lost; stats {dict(result.stats)}")
+    print(
+        f"\n[{server.kind}] throttling storm: {throttled} of {during['requests'] - before['requests']} requests "
+        f"throttled; {len(result.sections)} sections, {len(result.violations)} violations, "
+        f"{len(result.events('at_risk'))} renewals at risk, {len(result.events('recovered'))} recovered, "
+        f"{len(result.events('lost'))} lost; stats {dict(result.stats)}"
+    )
     assert result.violations == [], summarize(result.sections, result.violations)
     assert throttled > 50, during
     # Renewals are retried quickly and again before the lease runs out: no lease is lost.

@@ -28,7 +28,11 @@ from tests.reliability.harness import create_table, delete_table
 from tests.workers import client_for
 
 READ_TIMEOUT = 0.3
-CONFIG = {"read_timeout": READ_TIMEOUT, "connect_timeout": 0.5, "retries": {"total_max_attempts": 1, "mode": "standard"}}
+CONFIG = {
+    "read_timeout": READ_TIMEOUT,
+    "connect_timeout": 0.5,
+    "retries": {"total_max_attempts": 1, "mode": "standard"},
+}
 
 
 def is_acquire(body):

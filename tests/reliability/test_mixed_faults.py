@@ -58,25 +58,43 @@ class Run:
     def describe(self) -> str:
         faulty_sections = sum(1 for s in self.results.sections if self.faulty[0] <= s.start < self.faulty[1])
         idle = self.idle_keys()
-        return (f"{self.kind}: {len(self.results.sections)} sections ({faulty_sections} under faults), "
-                f"{self.requests} requests, faults {self.faults}; fault-free {self.rate(self.clean):.1f}/s, "
-                f"faulty {self.rate(self.faulty):.1f}/s, ratio {self.ratio:.3f}; {len(idle)} keys idle for a "
-                f"lease or more ({sum(g for _, _, g in idle):.1f} s in all), {len(self.late_duplicates)} acquire "
-                f"requests applied after their own retry; violations {len(self.results.violations)}; "
-                f"worker stats {dict(self.results.stats)}")
+        return (
+            f"{self.kind}: {len(self.results.sections)} sections ({faulty_sections} under faults), "
+            f"{self.requests} requests, faults {self.faults}; fault-free {self.rate(self.clean):.1f}/s, "
+            f"faulty {self.rate(self.faulty):.1f}/s, ratio {self.ratio:.3f}; {len(idle)} keys idle for a "
+            f"lease or more ({sum(g for _, _, g in idle):.1f} s in all), {len(self.late_duplicates)} acquire "
+            f"requests applied after their own retry; violations {len(self.results.violations)}; "
+            f"worker stats {dict(self.results.stats)}"
+        )
 
 
 def late_duplicates(proxies) -> list:
     """Delayed acquire requests that were applied (HTTP 200 upstream) after the client gave up on them."""
-    return [r for proxy in proxies.proxies for r in proxy.log
-            if r.fault == "delay" and r.upstream == 200 and "SET #owner = :me" in r.body.get("UpdateExpression", "")]
+    return [
+        r
+        for proxy in proxies.proxies
+        for r in proxy.log
+        if r.fault == "delay" and r.upstream == 200 and "SET #owner = :me" in r.body.get("UpdateExpression", "")
+    ]
 
 
 def run_mixed_faults(endpoint_url: str, kind: str, tmp_path, shape) -> Run:
     workers, keys, clean_s, faulty_s = shape
-    with Scenario(endpoint_url, tmp_path, workers, [f"k{i}" for i in range(keys)], assign="fixed", record=True,
-                  hold=0.005, lease=LEASE, heartbeat=1.0, read_timeout=0.25, connect_timeout=0.5, wait=10.0,
-                  max_seconds=clean_s + faulty_s + 120) as sc:
+    with Scenario(
+        endpoint_url,
+        tmp_path,
+        workers,
+        [f"k{i}" for i in range(keys)],
+        assign="fixed",
+        record=True,
+        hold=0.005,
+        lease=LEASE,
+        heartbeat=1.0,
+        read_timeout=0.25,
+        connect_timeout=0.5,
+        wait=10.0,
+        max_seconds=clean_s + faulty_s + 120,
+    ) as sc:
         sc.fleet.start()
         sc.fleet.release()
         time.sleep(1.0)  # connections up, first handoffs done
@@ -90,9 +108,15 @@ def run_mixed_faults(endpoint_url: str, kind: str, tmp_path, shape) -> Run:
         counts = sc.proxies.counts()
         sc.fleet.stop()
         assert sc.proxies.errors() == []
-        return Run(kind, sc.fleet.results(), clean, faulty,
-                   {k: v for k, v in counts.items() if k not in ("requests", "forwarded")}, counts["requests"],
-                   late_duplicates(sc.proxies))
+        return Run(
+            kind,
+            sc.fleet.results(),
+            clean,
+            faulty,
+            {k: v for k, v in counts.items() if k not in ("requests", "forwarded")},
+            counts["requests"],
+            late_duplicates(sc.proxies),
+        )
 
 
 def run_for(request, tmp_path_factory, shape) -> Run:

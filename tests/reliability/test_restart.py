@@ -31,9 +31,11 @@ pytestmark = pytest.mark.slow
 def fenced_put(client, table: str, token: int, value: str) -> None:
     """A write to a fenced resource: applied only with a token above every one it saw."""
     client.boto.put_item(
-        TableName=table, Item={"key": {"S": "data:invoice"}, "fence": {"N": str(token)}, "v": {"S": value}},
+        TableName=table,
+        Item={"key": {"S": "data:invoice"}, "fence": {"N": str(token)}, "v": {"S": value}},
         ConditionExpression="attribute_not_exists(#f) OR #f < :t",
-        ExpressionAttributeNames={"#f": "fence"}, ExpressionAttributeValues={":t": {"N": str(token)}},
+        ExpressionAttributeNames={"#f": "fence"},
+        ExpressionAttributeValues={":t": {"N": str(token)}},
     )
 
 
@@ -60,8 +62,13 @@ def test_after_a_restart_the_holder_loses_its_lease_before_anyone_else_can_hold_
     server, restart = restartable
     table = f"restart-{free_port()}"
     events: list[tuple[str, float, dict]] = []
-    holder = client_for(server.endpoint_url, table, lease_duration=3.0, heartbeat_period=0.5,
-                        client_config={"connect_timeout": 0.5, "read_timeout": 0.5})
+    holder = client_for(
+        server.endpoint_url,
+        table,
+        lease_duration=3.0,
+        heartbeat_period=0.5,
+        client_config={"connect_timeout": 0.5, "read_timeout": 0.5},
+    )
     holder.add_listener(lambda event, **info: events.append((event, time.monotonic(), info)))
     waiter = client_for(server.endpoint_url, table, client_config={"connect_timeout": 0.5, "read_timeout": 0.5})
     try:
@@ -79,8 +86,10 @@ def test_after_a_restart_the_holder_loses_its_lease_before_anyone_else_can_hold_
         # The first failed renewal could not connect (the server was down) or found no table.
         assert isinstance(at_risk[2]["error"], BackendError)
         assert lost[2]["reason"] == "expired"
-        print(f"\n[{server.kind}] restart: holder at risk {at_risk[1] - restarted:+.2f}s and lost "
-              f"{lost[1] - restarted:+.2f}s after the server was back (lease 3 s); a waiter got TableNotFound")
+        print(
+            f"\n[{server.kind}] restart: holder at risk {at_risk[1] - restarted:+.2f}s and lost "
+            f"{lost[1] - restarted:+.2f}s after the server was back (lease 3 s); a waiter got TableNotFound"
+        )
         # Told before its lease (3 s from its last renewal, sent before the restart) ran out.
         assert lost[1] < restarted + 3.0
         # Only now does anyone recreate the table; the key then starts above the old token.

@@ -61,8 +61,14 @@ class Plan:
             "read_timeout": self.read_timeout,
             "retries": {"total_max_attempts": 1, "mode": "standard"},
         }
-        return client_for(self.endpoint_url, self.table, lease_duration=self.lease, heartbeat_period=self.heartbeat,
-                          client_config=config, **self.extra)
+        return client_for(
+            self.endpoint_url,
+            self.table,
+            lease_duration=self.lease,
+            heartbeat_period=self.heartbeat,
+            client_config=config,
+            **self.extra,
+        )
 
 
 class Recorder:
@@ -86,12 +92,23 @@ def listener_for(recorder: Recorder, worker: str):
     def on_event(event: str, lease=None, **info: Any) -> None:
         if event not in ("at_risk", "recovered", "lost") or lease is None:
             return
-        recorder.write({
-            "type": "event", "event": event, "worker": worker, "key": lease.key, "token": lease.token,
-            "t": true_wall(), "m": time.monotonic(), "valid_until": lease.valid_until,
-            "valid_until_wall": true_wall(lease.valid_until), "lease_seconds": lease.lease_seconds,
-            "reason": info.get("reason"), "error": type(info["error"]).__name__ if info.get("error") else None,
-        })
+        recorder.write(
+            {
+                "type": "event",
+                "event": event,
+                "worker": worker,
+                "key": lease.key,
+                "token": lease.token,
+                "t": true_wall(),
+                "m": time.monotonic(),
+                "valid_until": lease.valid_until,
+                "valid_until_wall": true_wall(lease.valid_until),
+                "lease_seconds": lease.lease_seconds,
+                "reason": info.get("reason"),
+                "error": type(info["error"]).__name__ if info.get("error") else None,
+            }
+        )
+
     return on_event
 
 
@@ -132,7 +149,7 @@ def run_sections(plan: Plan, go: Any, stop: Any) -> None:
     client = plan.client()
     client.add_listener(listener_for(recorder, plan.name))
     stats: Counter[str] = Counter()
-    client.boto  # build the boto3 client before the start line
+    client.boto  # noqa: B018 (builds the boto3 client before the start line)
     Path(plan.out + ".ready").touch()
     try:
         if not go.wait(READY_TIMEOUT):
@@ -168,8 +185,11 @@ def one_section(plan: Plan, client: Any, key: str, recorder: Recorder, stats: Co
     except LockLost as lost:
         end = min(true_wall(), true_wall(lease.valid_until))
         stats["lost"] += 1
-        recorder.write(Section(key, lease.token, start, end, wrote=False, read=value,
-                               worker=plan.name, lost_reason=lost.reason).to_json())
+        recorder.write(
+            Section(
+                key, lease.token, start, end, wrote=False, read=value, worker=plan.name, lost_reason=lost.reason
+            ).to_json()
+        )
         release(lease, stats)
         return
     write_counter(path, value + 1, plan.name)
@@ -205,8 +225,17 @@ def victim(plan: Plan) -> None:
     start = true_wall()
     path = counter_path(plan.counter_dir, key)
     value = read_counter(path)
-    recorder.write({"type": "begin", "worker": plan.name, "key": key, "token": lease.token, "start": start,
-                    "read": value, "valid_until_wall": true_wall(lease.valid_until)})
+    recorder.write(
+        {
+            "type": "begin",
+            "worker": plan.name,
+            "key": key,
+            "token": lease.token,
+            "start": start,
+            "read": value,
+            "valid_until_wall": true_wall(lease.valid_until),
+        }
+    )
     go = Path(plan.out + ".go")
     deadline = time.monotonic() + plan.max_seconds
     while not go.exists() and time.monotonic() < deadline:
@@ -215,11 +244,16 @@ def victim(plan: Plan) -> None:
         lease.raise_if_lost()
     except LockLost as lost:
         end = min(true_wall(), true_wall(lease.valid_until))
-        recorder.write(Section(key, lease.token, start, end, wrote=False, read=value,
-                               worker=plan.name, lost_reason=lost.reason).to_json())
+        recorder.write(
+            Section(
+                key, lease.token, start, end, wrote=False, read=value, worker=plan.name, lost_reason=lost.reason
+            ).to_json()
+        )
     else:
         write_counter(path, value + 1, plan.name)
-        recorder.write(Section(key, lease.token, start, true_wall(), wrote=True, read=value, worker=plan.name).to_json())
+        recorder.write(
+            Section(key, lease.token, start, true_wall(), wrote=True, read=value, worker=plan.name).to_json()
+        )
     recorder.close()
     client.close()
 

@@ -15,13 +15,23 @@ import os
 from tests.servers import suite_region, suite_session_options
 from tests.settings import *  # noqa: F401,F403 (the test project, on another database)
 
-DATABASES = {"default": {
-    "ENGINE": "django.db.backends.postgresql", "HOST": "127.0.0.1", "PORT": os.environ.get("PG_PORT", "5432"),
-    "NAME": "postgres", "USER": "dynlock",
-}}
-DYNLOCK = {"default": {"ENDPOINT_URL": os.environ.get("SITE_ENDPOINT_URL"), "REGION_NAME": suite_region(),
-                       "SESSION_OPTIONS": suite_session_options(),
-                       "TABLE_NAME": os.environ.get("SITE_TABLE", "django_dynlock")}}
+DATABASES = {
+    "default": {
+        "ENGINE": "django.db.backends.postgresql",
+        "HOST": "127.0.0.1",
+        "PORT": os.environ.get("PG_PORT", "5432"),
+        "NAME": "postgres",
+        "USER": "dynlock",
+    }
+}
+DYNLOCK = {
+    "default": {
+        "ENDPOINT_URL": os.environ.get("SITE_ENDPOINT_URL"),
+        "REGION_NAME": suite_region(),
+        "SESSION_OPTIONS": suite_session_options(),
+        "TABLE_NAME": os.environ.get("SITE_TABLE", "django_dynlock"),
+    }
+}
 ALLOWED_HOSTS = ["testserver"]
 
 

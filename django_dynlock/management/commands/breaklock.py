@@ -47,11 +47,19 @@ class Command(DynLockCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("keys", nargs="+", metavar="KEY", help="Lock key(s) to break.")
-        parser.add_argument("--noinput", "--no-input", action="store_false", dest="interactive",
-                            help="Do not ask for confirmation.")
-        parser.add_argument("--token", type=int, default=None, metavar="N",
-                            help="Break only if the lease still has this fencing token (one KEY only).")
-        parser.add_argument("--reason", default="", metavar="TEXT", help="Why: recorded in the item and sent with lock_broken.")
+        parser.add_argument(
+            "--noinput", "--no-input", action="store_false", dest="interactive", help="Do not ask for confirmation."
+        )
+        parser.add_argument(
+            "--token",
+            type=int,
+            default=None,
+            metavar="N",
+            help="Break only if the lease still has this fencing token (one KEY only).",
+        )
+        parser.add_argument(
+            "--reason", default="", metavar="TEXT", help="Why: recorded in the item and sent with lock_broken."
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         keys: list[str] = list(dict.fromkeys(options["keys"]))  # once each, in the order given
@@ -73,20 +81,26 @@ class Command(DynLockCommand):
                 returncode=EXIT_NOT_ALL_BROKEN,
             )
 
-    def break_one(self, client: LockClient, key: str, token: int | None, reason: str, by: str, interactive: bool) -> bool:
+    def break_one(
+        self, client: LockClient, key: str, token: int | None, reason: str, by: str, interactive: bool
+    ) -> bool:
         info = fmt.breakable(client, key)
         if info is None:
             self.not_broken(key, "not found: no live lease or reservation on this key")
             return False
         if info.is_malformed:
-            self.not_broken(key, f"a malformed item ({fmt.problems_text(info)}): django-dynlock did not write it or it "
-                                 "was edited by hand; look at it (showlocks --format json) and delete it with the AWS "
-                                 "console or CLI if it is not a lock")
+            self.not_broken(
+                key,
+                f"a malformed item ({fmt.problems_text(info)}): django-dynlock did not write it or it "
+                "was edited by hand; look at it (showlocks --format json) and delete it with the AWS "
+                "console or CLI if it is not a lock",
+            )
             return False
         now = client.server_datetime()
         if token is not None and info.token != token:
-            self.not_broken(key, f"the lease has token {info.token}, not {token}: it changed hands "
-                                 f"(now {fmt.summary(info, now)})")
+            self.not_broken(
+                key, f"the lease has token {info.token}, not {token}: it changed hands (now {fmt.summary(info, now)})"
+            )
             return False
         self.stdout.write(f"{printable(key)}: {fmt.summary(info, now)}")
         if interactive and not self.confirm(key):
@@ -98,11 +112,19 @@ class Command(DynLockCommand):
             broken = client.break_lease(key, token=info.token, reason=reason, by=by)
         except BreakUnconfirmed:
             # Counted as not broken (exit 1): nobody is told a break happened that may not have.
-            logger.warning("breaklock: %s may have broken lock %r (token %s, held by %s): its replies were lost: %s",
-                           printable(by), key, info.token, printable(fmt.holder_text(info)),
-                           printable(reason or "no reason given"))
-            self.not_broken(key, f"may have been broken: DynamoDB's replies were lost and the key could not be read "
-                                 f"back; run `showlocks --all --prefix {key}` to see")
+            logger.warning(
+                "breaklock: %s may have broken lock %r (token %s, held by %s): its replies were lost: %s",
+                printable(by),
+                key,
+                info.token,
+                printable(fmt.holder_text(info)),
+                printable(reason or "no reason given"),
+            )
+            self.not_broken(
+                key,
+                f"may have been broken: DynamoDB's replies were lost and the key could not be read "
+                f"back; run `showlocks --all --prefix {key}` to see",
+            )
             return False
         if not broken:
             self.not_broken(key, "gone: released or taken over since it was shown")
@@ -126,5 +148,11 @@ class Command(DynLockCommand):
 
     def audit(self, key: str, info: LeaseInfo, reason: str, by: str) -> None:
         # The engine logs the break too; this line adds whose lease it was.
-        logger.warning("breaklock: %s broke lock %r (token %s, held by %s): %s",
-                       printable(by), key, info.token, printable(fmt.holder_text(info)), printable(reason or "no reason given"))
+        logger.warning(
+            "breaklock: %s broke lock %r (token %s, held by %s): %s",
+            printable(by),
+            key,
+            info.token,
+            printable(fmt.holder_text(info)),
+            printable(reason or "no reason given"),
+        )

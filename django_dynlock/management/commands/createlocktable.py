@@ -32,23 +32,36 @@ class Command(DynLockCommand):
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument(
-            "--billing-mode", type=str.upper, choices=("PAY_PER_REQUEST", "PROVISIONED"), default=None,
+            "--billing-mode",
+            type=str.upper,
+            choices=("PAY_PER_REQUEST", "PROVISIONED"),
+            default=None,
             help="Billing of a new table. Default: PAY_PER_REQUEST (on-demand).",
         )
         parser.add_argument("--read", type=positive_int, metavar="N", help="Read capacity units (PROVISIONED only).")
         parser.add_argument("--write", type=positive_int, metavar="N", help="Write capacity units (PROVISIONED only).")
         parser.add_argument(
-            "--no-wait", dest="wait", action="store_false",
+            "--no-wait",
+            dest="wait",
+            action="store_false",
             help="Return as soon as the table is requested; do not wait until it is ACTIVE.",
         )
         parser.add_argument(
-            "--timeout", type=positive_seconds, default=60.0, metavar="SECONDS",
+            "--timeout",
+            type=positive_seconds,
+            default=60.0,
+            metavar="SECONDS",
             help="Seconds to wait for the table to become ACTIVE. Default: %(default)s.",
         )
         parser.add_argument(
-            "--print", nargs="?", const="all", choices=PRINT_CHOICES, dest="print_only", metavar="WHAT",
+            "--print",
+            nargs="?",
+            const="all",
+            choices=PRINT_CHOICES,
+            dest="print_only",
+            metavar="WHAT",
             help="Print the CreateTable and UpdateTimeToLive requests and a CloudFormation snippet "
-                 f"instead of calling AWS. WHAT: {', '.join(PRINT_CHOICES)} (default: all).",
+            f"instead of calling AWS. WHAT: {', '.join(PRINT_CHOICES)} (default: all).",
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -65,8 +78,15 @@ class Command(DynLockCommand):
             self.print_definition(client, options["print_only"], billing, read, write)
             return
         with translated_errors():
-            self.create(client, billing, read, write, wait=options["wait"], timeout=options["timeout"],
-                        explicit_billing=explicit_billing)
+            self.create(
+                client,
+                billing,
+                read,
+                write,
+                wait=options["wait"],
+                timeout=options["timeout"],
+                explicit_billing=explicit_billing,
+            )
 
     # -- output -------------------------------------------------------------------
     def info(self, message: str, style: Any = None) -> None:
@@ -77,7 +97,9 @@ class Command(DynLockCommand):
         self.stderr.write(f"Warning: {message}", style_func=self.style.WARNING)
 
     # -- --print --------------------------------------------------------------------
-    def print_definition(self, client: LockClient, what: str, billing: str, read: int | None, write: int | None) -> None:
+    def print_definition(
+        self, client: LockClient, what: str, billing: str, read: int | None, write: int | None
+    ) -> None:
         options = client.options
         create = tabledef.as_json(tabledef.create_table_request(options, billing, read, write))
         ttl = tabledef.as_json(tabledef.ttl_request(options))
@@ -89,18 +111,31 @@ class Command(DynLockCommand):
         elif what == "cloudformation":
             self.stdout.write(stack)
         else:
-            self.stdout.write("# CreateTable request: aws dynamodb create-table --cli-input-json file://create-table.json")
+            self.stdout.write(
+                "# CreateTable request: aws dynamodb create-table --cli-input-json file://create-table.json"
+            )
             self.stdout.write(create)
             self.stdout.write("")
-            self.stdout.write("# Then, once the table is ACTIVE: aws dynamodb update-time-to-live --cli-input-json file://ttl.json")
+            self.stdout.write(
+                "# Then, once the table is ACTIVE: aws dynamodb update-time-to-live --cli-input-json file://ttl.json"
+            )
             self.stdout.write(ttl)
             self.stdout.write("")
             self.stdout.write("# CloudFormation (YAML); TimeToLiveSpecification replaces the separate TTL request")
             self.stdout.write(stack)
 
     # -- creating -------------------------------------------------------------------
-    def create(self, client: LockClient, billing: str, read: int | None, write: int | None, *,
-               wait: bool, timeout: float, explicit_billing: bool) -> None:
+    def create(
+        self,
+        client: LockClient,
+        billing: str,
+        read: int | None,
+        write: int | None,
+        *,
+        wait: bool,
+        timeout: float,
+        explicit_billing: bool,
+    ) -> None:
         options = client.options
         name, where = options.table_name, client.where()
         try:
@@ -115,20 +150,27 @@ class Command(DynLockCommand):
             )
         if before is None:
             capacity = f" (read {read}, write {write})" if billing == "PROVISIONED" else ""
-            self.info(f"Creating table {name!r} at {where}: partition key {options.key_attribute!r} (string), "
-                      f"{billing}{capacity} ...")
-            status = client.create_table(wait=False, billing_mode=billing, read_capacity=read,
-                                         write_capacity=write, timeout=timeout)
+            self.info(
+                f"Creating table {name!r} at {where}: partition key {options.key_attribute!r} (string), "
+                f"{billing}{capacity} ..."
+            )
+            status = client.create_table(
+                wait=False, billing_mode=billing, read_capacity=read, write_capacity=write, timeout=timeout
+            )
         else:
             status = before
-            self.info(f"Table {name!r} already exists at {where} with the right key schema "
-                      f"({status.status}, {status.billing_mode}).")
+            self.info(
+                f"Table {name!r} already exists at {where} with the right key schema "
+                f"({status.status}, {status.billing_mode})."
+            )
             if explicit_billing and status.billing_mode != billing:
                 self.warn(f"--billing-mode {billing} was not applied: the existing table stays {status.billing_mode}.")
 
         if status.status != "ACTIVE" and not wait:
-            self.info(f"Not waiting (--no-wait): table {name!r} is {status.status}. TTL is enabled once it is "
-                      f"ACTIVE: run createlocktable again then.")
+            self.info(
+                f"Not waiting (--no-wait): table {name!r} is {status.status}. TTL is enabled once it is "
+                f"ACTIVE: run createlocktable again then."
+            )
             return
         if status.status != "ACTIVE" or before is None:
             status = self.wait_until_active(client, status, timeout)
@@ -138,8 +180,9 @@ class Command(DynLockCommand):
             return
         if not ttl_is_on(status, options.ttl_attribute):
             # create_table() is idempotent: on an existing table it only switches TTL on.
-            status = client.create_table(wait=True, billing_mode=billing, read_capacity=read,
-                                         write_capacity=write, timeout=timeout)
+            status = client.create_table(
+                wait=True, billing_mode=billing, read_capacity=read, write_capacity=write, timeout=timeout
+            )
         self.report_ttl(client, status)
 
     def wait_until_active(self, client: LockClient, status: TableStatus, timeout: float) -> TableStatus:
@@ -159,20 +202,23 @@ class Command(DynLockCommand):
                 said_at, said = now, status.status
             time.sleep(min(POLL_INTERVAL, max(0.0, deadline - now)))
             status = client.describe_table()
-        self.info(f"Table {status.name!r} is ACTIVE after {time.monotonic() - started:.1f}s.",
-                  self.style.SUCCESS)
+        self.info(f"Table {status.name!r} is ACTIVE after {time.monotonic() - started:.1f}s.", self.style.SUCCESS)
         return status
 
     def report_ttl(self, client: LockClient, status: TableStatus) -> None:
         options = client.options
         if status.ttl_status == TTL_UNSUPPORTED:
-            self.warn(f"the DynamoDB server at {safe_endpoint(options.endpoint_url)} has no TTL API (a local "
-                      f"server such as dynalite?): TTL is not enabled, so idle lock items are not deleted "
-                      f"automatically. The locks work all the same.")
+            self.warn(
+                f"the DynamoDB server at {safe_endpoint(options.endpoint_url)} has no TTL API (a local "
+                f"server such as dynalite?): TTL is not enabled, so idle lock items are not deleted "
+                f"automatically. The locks work all the same."
+            )
         elif status.ttl_attribute not in (None, options.ttl_attribute):
-            self.warn(f"table {status.name!r} has TTL on {status.ttl_attribute!r}, not on "
-                      f"{options.ttl_attribute!r} (a table has one TTL attribute): idle lock items will not "
-                      f"expire. Set TTL_ATTRIBUTE to {status.ttl_attribute!r}, or change the table's TTL.")
+            self.warn(
+                f"table {status.name!r} has TTL on {status.ttl_attribute!r}, not on "
+                f"{options.ttl_attribute!r} (a table has one TTL attribute): idle lock items will not "
+                f"expire. Set TTL_ATTRIBUTE to {status.ttl_attribute!r}, or change the table's TTL."
+            )
         elif status.ttl_status in ("ENABLED", "ENABLING"):
             self.info(f"TTL enabled on {options.ttl_attribute!r} ({status.ttl_status}).", self.style.SUCCESS)
         else:

@@ -29,7 +29,7 @@ def split_command_line(args: list[str]) -> tuple[list[str], list[str] | None]:
     if SEPARATOR not in args:
         return args, None
     at = args.index(SEPARATOR)
-    return args[:at], args[at + 1:]
+    return args[:at], args[at + 1 :]
 
 
 def load_command(name: str) -> BaseCommand:
@@ -64,24 +64,46 @@ class Command(DynLockCommand):
                 parsed.command = inner
             return parsed
 
-        parser.parse_args = parse_args  # type: ignore[method-assign]
+        parser.parse_args = parse_args
         return parser
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
         parser.add_argument("key", metavar="KEY", help="Lock key, e.g. cron:clearsessions.")
-        parser.add_argument("command", nargs="*", metavar="COMMAND",
-                            help="The management command to run and its arguments, after --.")
-        parser.add_argument("--wait", type=seconds, default=0.0, metavar="SECONDS",
-                            help="Seconds to wait for a busy lock before skipping. Default: 0.")
-        parser.add_argument("--lease", type=positive_seconds, default=None, metavar="SECONDS",
-                            help="Lease duration in seconds (renewed while the command runs). "
-                                 "Default: the alias' LEASE_DURATION.")
-        parser.add_argument("--at-least", type=seconds, default=0.0, dest="at_least", metavar="SECONDS",
-                            help="Keep the lock until SECONDS after it was taken, even if the command "
-                                 "finished sooner, so other hosts' runs of the same schedule skip.")
-        parser.add_argument("--busy-exit", type=exit_code, default=0, dest="busy_exit", metavar="CODE",
-                            help="Exit code when the lock is busy. Default: 0 (skipping is not a failure).")
+        parser.add_argument(
+            "command", nargs="*", metavar="COMMAND", help="The management command to run and its arguments, after --."
+        )
+        parser.add_argument(
+            "--wait",
+            type=seconds,
+            default=0.0,
+            metavar="SECONDS",
+            help="Seconds to wait for a busy lock before skipping. Default: 0.",
+        )
+        parser.add_argument(
+            "--lease",
+            type=positive_seconds,
+            default=None,
+            metavar="SECONDS",
+            help="Lease duration in seconds (renewed while the command runs). Default: the alias' LEASE_DURATION.",
+        )
+        parser.add_argument(
+            "--at-least",
+            type=seconds,
+            default=0.0,
+            dest="at_least",
+            metavar="SECONDS",
+            help="Keep the lock until SECONDS after it was taken, even if the command "
+            "finished sooner, so other hosts' runs of the same schedule skip.",
+        )
+        parser.add_argument(
+            "--busy-exit",
+            type=exit_code,
+            default=0,
+            dest="busy_exit",
+            metavar="CODE",
+            help="Exit code when the lock is busy. Default: 0 (skipping is not a failure).",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         command_line: list[str] = list(options["command"] or [])
@@ -94,7 +116,7 @@ class Command(DynLockCommand):
         err = getattr(self.stderr, "_out", self.stderr)
 
         def body(lease: Lease) -> None:
-            inner.dynlock_lease = lease  # type: ignore[attr-defined]
+            inner.dynlock_lease = lease
             call_command(inner, *inner_args, stdout=out, stderr=err)
 
         run_singleton(

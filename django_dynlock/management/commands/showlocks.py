@@ -34,17 +34,35 @@ class Command(DynLockCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("--format", choices=FORMATS, default="table",
-                            help="Output format. Default: %(default)s. json is one array; csv has a header row.")
+        parser.add_argument(
+            "--format",
+            choices=FORMATS,
+            default="table",
+            help="Output format. Default: %(default)s. json is one array; csv has a header row.",
+        )
         parser.add_argument("--prefix", default="", help="Only keys starting with this (after KEY_PREFIX).")
-        parser.add_argument("--all", action="store_true", dest="show_all",
-                            help="Also list released, broken and expired leases, with a STATE column.")
-        parser.add_argument("--watch", type=positive_seconds, metavar="SECONDS",
-                            help="Refresh every SECONDS until interrupted (Ctrl-C).")
-        parser.add_argument("--iterations", type=positive_int, metavar="N",
-                            help="With --watch: stop after N refreshes.")
-        parser.add_argument("--page-size", type=positive_int, default=100, metavar="N",
-                            help="Items per Scan request. Default: %(default)s.")
+        parser.add_argument(
+            "--all",
+            action="store_true",
+            dest="show_all",
+            help="Also list released, broken and expired leases, with a STATE column.",
+        )
+        parser.add_argument(
+            "--watch",
+            type=positive_seconds,
+            metavar="SECONDS",
+            help="Refresh every SECONDS until interrupted (Ctrl-C).",
+        )
+        parser.add_argument(
+            "--iterations", type=positive_int, metavar="N", help="With --watch: stop after N refreshes."
+        )
+        parser.add_argument(
+            "--page-size",
+            type=positive_int,
+            default=100,
+            metavar="N",
+            help="Items per Scan request. Default: %(default)s.",
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["iterations"] is not None and options["watch"] is None:
@@ -71,8 +89,10 @@ class Command(DynLockCommand):
                 if self.stdout.isatty():
                     self.stdout.write(CLEAR_SCREEN, ending="")
                 stamp = client.server_datetime().strftime("%Y-%m-%d %H:%M:%S UTC")
-                self.stdout.write(f"Every {interval:g}s: showlocks --alias {options['alias']}   {stamp}",
-                                  style_func=self.style.MIGRATE_HEADING)
+                self.stdout.write(
+                    f"Every {interval:g}s: showlocks --alias {options['alias']}   {stamp}",
+                    style_func=self.style.MIGRATE_HEADING,
+                )
             self.show(client, options)
 
     def show(self, client: LockClient, options: dict[str, Any]) -> None:
@@ -84,14 +104,21 @@ class Command(DynLockCommand):
             first = next(leases, None)
             # Lease times are DynamoDB's clock, which the first page's reply told us.
             now = client.server_datetime()
-            infos = listing.visible(itertools.chain([first] if first is not None else [], leases), now, show_all, counts)
+            infos = listing.visible(
+                itertools.chain([first] if first is not None else [], leases), now, show_all, counts
+            )
             if options["format"] == "json":
-                listing.write_json(infos, now, out)  # type: ignore[arg-type]
+                listing.write_json(infos, now, out)
             elif options["format"] == "csv":
-                listing.write_csv(infos, now, out)  # type: ignore[arg-type]
+                listing.write_csv(infos, now, out)
             else:
-                listing.write_table(infos, now, out, show_state=show_all,  # type: ignore[arg-type]
-                                    header_style=self.style.SQL_FIELD)
+                listing.write_table(
+                    infos,
+                    now,
+                    out,
+                    show_state=show_all,
+                    header_style=self.style.SQL_FIELD,
+                )
         if options["format"] == "table" and options["verbosity"] >= 1:
             self.summarise(client, counts, options)
 
@@ -100,8 +127,10 @@ class Command(DynLockCommand):
         what = "lease" if options["show_all"] else "live lease"
         plural = "" if counts.written == 1 else "s"
         # Which table, and where: each region has tables of its own (docs/security.md).
-        self.stdout.write(f"{counts.written or 'No'} {what}{plural}{prefix} in table {client.options.table_name!r} "
-                          f"at {client.where()}.")
+        self.stdout.write(
+            f"{counts.written or 'No'} {what}{plural}{prefix} in table {client.options.table_name!r} "
+            f"at {client.where()}."
+        )
         if counts.hidden_expired:
             self.stdout.write(
                 f"({counts.hidden_expired} expired lease{'s' if counts.hidden_expired != 1 else ''} not shown: "
