@@ -612,22 +612,21 @@ class LeaseAdmin(admin.ModelAdmin):
                 items.append((key, self._rows([info], alias, now)[0] if info is not None else None))
         except DynLockError as exc:
             error = problem(exc, alias)
-        return self._render(
+        return self._render_selected(
             request,
-            "break_selected_confirmation.html",
-            self._context(
-                request,
-                "Break leases",
-                alias,
-                items=items,
-                error=error,
-                form_errors=[],
-                reason="",
-                any_breakable=any(row is not None and row.breakable for _, row in items),
-                break_action=BREAK_ACTION,
-                now=now,
-            ),
+            alias,
+            items=items,
+            error=error,
+            form_errors=[],
+            reason="",
+            any_breakable=any(row is not None and row.breakable for _, row in items),
+            now=now,
         )
+
+    def _render_selected(self, request: HttpRequest, alias: str, status: int = 200, **extra: Any) -> TemplateResponse:
+        """The list action's confirmation page (also with the errors of its form)."""
+        context = self._context(request, "Break leases", alias, break_action=BREAK_ACTION, **extra)
+        return self._render(request, "break_selected_confirmation.html", context, status=status)
 
     def _break_selected(self, request: HttpRequest, alias: str, back: str, now: dt.datetime) -> HttpResponse:
         keys = request.POST.getlist("key")
@@ -638,21 +637,8 @@ class LeaseAdmin(admin.ModelAdmin):
             form_errors.append("The form must post one token for each key: select the leases again.")
         pairs = list(zip(keys, tokens))
         if form_errors:
-            return self._render(
-                request,
-                "break_selected_confirmation.html",
-                self._context(
-                    request,
-                    "Break leases",
-                    alias,
-                    error=None,
-                    form_errors=form_errors,
-                    reason=reason,
-                    break_action=BREAK_ACTION,
-                    now=now,
-                    posted=pairs,
-                ),
-                status=400,
+            return self._render_selected(
+                request, alias, status=400, error=None, form_errors=form_errors, reason=reason, now=now, posted=pairs
             )
         broken: list[str] = []
         try:

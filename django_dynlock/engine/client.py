@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
-import math
 import os
 import random
 import socket
@@ -34,6 +33,7 @@ from ..exceptions import (
     LockNotAcquired,
 )
 from . import items as it
+from . import requests as rq
 from .clock import DRIFT, ServerClock, reply_date
 from .connection import build_boto_client
 from .errors import describe_endpoint, error_code, may_have_applied, safe_endpoint, translate
@@ -42,6 +42,7 @@ from .heartbeat import Heartbeater
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
 from .options import ClientOptions, check_seconds
+from .requests import RESERVATION_GRACE
 from .table import TableStatus, create_table, describe_table
 from .text import printable
 
@@ -63,9 +64,6 @@ RESERVED_WRITES = 8
 # A waiter that has waited this long (seconds), and seen the key go to others
 # meanwhile, reserves the next turn.
 STARVING_AFTER = 0.1
-# A reservation that its waiter has not used this long (seconds by DynamoDB's clock)
-# after the release lapses: a waiter that died must not hold up the others.
-RESERVATION_GRACE = 2.0
 # A client's first write, before any reply told it DynamoDB's clock, stamps the
 # expiry with this host's wall clock (see _restamp). A wall clock this far (seconds)
 # from DynamoDB's is worth a warning.
@@ -261,10 +259,7 @@ class LockClient:
         return error
 
     def _key(self, stored_key: str) -> dict[str, Any]:
-        return {self.options.key_attribute: {"S": stored_key}}
-
-    def _names(self, *attrs: str) -> dict[str, str]:
-        return {f"#{name}": name for name in attrs}
+        return rq.key(self.options, stored_key)
 
     def _old_item(self, exc: ClientError, stored_key: str, *, read: bool = True) -> dict[str, Any] | None:
         """The item that made a condition fail: from the reply, or (if ``read``) one consistent read."""
@@ -292,10 +287,6 @@ class LockClient:
         if not item:
             return None
         return LeaseInfo.from_item(item, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix)
-
-    def _gc_at(self, now: float, lease_seconds: float = 0.0) -> dict[str, str]:
-        # TTL wants whole epoch seconds as a Number.
-        return it.num(int(now + lease_seconds + self.options.retention) + 1)
 
     def _new_owner(self) -> str:
         return f"{self.client_id}:{uuid.uuid4().hex[:12]}"
@@ -511,87 +502,23 @@ class LockClient:
         _ = self.boto  # built before the stamp is taken: building it takes a while the first time
         at = time.monotonic()
         stamp = self._stamp(at)
-        earliest = self.clock.earliest(at)
-        expires = stamp + lease_seconds
-        names = self._names(
-            it.OWNER,
-            it.RVN,
-            it.SEQ,
-            it.FENCE,
-            it.LEASE_MS,
-            it.EXPIRES_AT,
-            it.ACQUIRED_AT,
-            it.HOST,
-            it.PID,
-            it.THREAD,
-            it.HOLDER,
-            it.RELEASED_AT,
-            it.RESERVED_BY,
+        params = rq.acquire(
+            self.options,
+            stored,
+            owner=owner,
+            rvn=uuid.uuid4().hex,
+            seq=seq,
+            lease_seconds=lease_seconds,
+            stamp=stamp,
+            now=self.clock.now(),
+            earliest=self.clock.earliest(at),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            thread=threading.current_thread().name,
+            holder=holder,
+            takeover_rvn=takeover_rvn,
         )
-        slot, tag = it.release_slot(owner)
-        names["#slot"] = slot
-        names["#ring"] = it.RING
-        names["#gc"] = self.options.ttl_attribute
-        values = {
-            ":me": {"S": owner},
-            ":rvn": {"S": uuid.uuid4().hex},
-            ":seq": it.num(seq),
-            ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
-            ":expires": it.num(expires),
-            ":now": it.num(self.clock.now()),
-            ":host": {"S": socket.gethostname()},
-            ":pid": it.num(os.getpid()),
-            ":thread": {"S": threading.current_thread().name},
-            ":holder": it.holder_map(holder),
-            ":gc": self._gc_at(stamp, lease_seconds),
-            # A key whose item was deleted by TTL starts again from the clock in µs,
-            # above every token issued before (unless a million were issued a second).
-            # The latest DynamoDB's clock can read is never behind it, and an earlier
-            # base was at most its writer's uncertainty ahead: TTL deletes an item no
-            # sooner than a lease + RETENTION after its last write, far more than that.
-            ":base": it.num(int(stamp * 1_000_000)),
-            ":one": it.num(1),
-            ":tag": {"S": tag},
-            ":ring0": it.EMPTY_RING,
-        }
-        # Not while another waiter has the next turn (see _reserve), unless it left that
-        # turn unused for RESERVATION_GRACE after the release (it died, most likely).
-        reservation = "attribute_not_exists(#reserved_by) OR #reserved_by = :me"
-        if earliest is not None:
-            reservation += " OR #released_at < :lapsed"
-            values[":lapsed"] = it.num(earliest - RESERVATION_GRACE)
-        # A free key, unless this very acquisition was already released or abandoned: an
-        # attempt of ours that was delayed in the network and lands after that must not
-        # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS
-        # and items.RING.
-        # Or our own earlier attempt whose reply was lost, but never an earlier attempt
-        # landing after a later one (the sequence number orders our writes).
-        condition = (
-            "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag))"
-            f" AND (attribute_not_exists(#ring) OR NOT contains(#ring, :tag)) AND ({reservation}))"
-            " OR (#owner = :me AND #seq < :seq)"
-        )
-        if takeover_rvn is not None:
-            condition += " OR #rvn = :seen"
-            values[":seen"] = {"S": takeover_rvn}
-        if earliest is not None:
-            # The holder's expiry has passed, even by the earliest DynamoDB's clock can read.
-            condition += " OR (attribute_exists(#owner) AND #expires_at < :earliest)"
-            values[":earliest"] = it.num(earliest)
-        params = {
-            "Key": self._key(stored),
-            "UpdateExpression": (
-                "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
-                "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
-                "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one, #ring = if_not_exists(#ring, :ring0) "
-                "REMOVE #released_at, #reserved_by"
-            ),
-            "ConditionExpression": condition,
-            "ExpressionAttributeNames": names,
-            "ExpressionAttributeValues": values,
-            "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
-        }
-        return params, expires
+        return params, stamp + lease_seconds
 
     def _observe(
         self, watch: _Watch | None, item: Mapping[str, Any] | None, received: float, owner: str
@@ -885,11 +812,7 @@ class LockClient:
                 "update_item",
                 "reserve a busy lock",
                 attempts=1,
-                Key=self._key(stored),
-                UpdateExpression="SET #reserved_by = :me",
-                ConditionExpression="#owner = :holder AND attribute_not_exists(#reserved_by)",
-                ExpressionAttributeNames=self._names(it.OWNER, it.RESERVED_BY),
-                ExpressionAttributeValues={":me": {"S": owner}, ":holder": {"S": holder}},
+                **rq.reserve(self.options, stored, owner=owner, holder=holder),
             )
         except ClientError:
             return False  # released meanwhile, or someone else has the next turn
@@ -918,11 +841,7 @@ class LockClient:
             and self._try_update(
                 "give up a reservation",
                 attempts=1,
-                Key=self._key(stored),
-                UpdateExpression="REMOVE #reserved_by",
-                ConditionExpression="#reserved_by = :me",
-                ExpressionAttributeNames=self._names(it.RESERVED_BY),
-                ExpressionAttributeValues={":me": {"S": attempt.owner}},
+                **rq.give_up_reservation(self.options, stored, owner=attempt.owner),
             )
             is None
         ):
@@ -954,14 +873,10 @@ class LockClient:
         which these marks must never look like. ``release`` replaces the owner's own
         release write.
         """
-        slot, tag = it.release_slot(owner)
         marked = self._try_update(
             action,
             attempts=attempts,
-            Key=self._key(stored),
-            UpdateExpression="SET #slot = :tag, #gc = if_not_exists(#gc, :gc)",
-            ExpressionAttributeNames={"#slot": slot, "#gc": self.options.ttl_attribute},
-            ExpressionAttributeValues={":tag": {"S": mark + tag}, ":gc": self._gc_at(self.clock.now())},
+            **rq.mark_slot(self.options, stored, owner=owner, mark=mark, now=self.clock.now()),
         )
         if marked is not None:  # else DynamoDB cannot be reached: the release would not get through either
             self._try_update(action, attempts=attempts, **(release or self._release_request(stored, owner)))
@@ -1253,30 +1168,16 @@ class LockClient:
         stamp = self._stamp(sent)
         expires = stamp + lease_seconds
         try:
-            self._call(
-                "update_item",
-                "renew a lease",
-                Key=self._key(lease.stored_key),
-                UpdateExpression="SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
-                # The owner id names this acquisition alone. Not conditioned on our previous
-                # rvn: a renewal applied whose reply was lost must not make the next one
-                # fail. But on the sequence number: one delayed in the network must not
-                # land after a later one and move the expiry back.
-                ConditionExpression="#owner = :me AND #seq < :seq",
-                ExpressionAttributeNames={
-                    **self._names(it.OWNER, it.RVN, it.SEQ, it.LEASE_MS, it.EXPIRES_AT),
-                    "#gc": self.options.ttl_attribute,
-                },
-                ExpressionAttributeValues={
-                    ":me": {"S": lease.owner},
-                    ":rvn": {"S": uuid.uuid4().hex},
-                    ":seq": it.num(seq),
-                    ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
-                    ":expires": it.num(expires),
-                    ":gc": self._gc_at(stamp, lease_seconds),
-                },
-                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+            request = rq.renew(
+                self.options,
+                lease.stored_key,
+                owner=lease.owner,
+                rvn=uuid.uuid4().hex,
+                seq=seq,
+                lease_seconds=lease_seconds,
+                stamp=stamp,
             )
+            self._call("update_item", "renew a lease", **request)
         except ClientError as exc:
             item = self._old_item(exc, lease.stored_key)
             # Still ours with this write's number (or a later one): an earlier try of this
@@ -1449,33 +1350,9 @@ class LockClient:
         )
 
     def _release_request(self, stored: str, owner: str, fence: int | None = None) -> dict[str, Any]:
-        """The release write of ``owner``: the item keeps its fence, loses its owner, and
-        remembers the release in the owner's slot (see items.RELEASE_SLOTS) and, for a
-        lease whose ``fence`` we know, in the release ring (items.RING)."""
-        slot, tag = it.release_slot(owner)
+        """The release write of ``owner`` (see requests.release)."""
         now = self.clock.now()
-        names = {
-            **self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
-            "#gc": self.options.ttl_attribute,
-            "#slot": slot,
-        }
-        ring = ""
-        if fence is not None:
-            names["#ring"] = it.RING
-            ring = f", #ring[{it.ring_index(fence)}] = :tag"  # a list index cannot be a placeholder
-        return dict(
-            Key=self._key(stored),
-            UpdateExpression=f"SET #released_at = :now, #released_by = :me, #slot = :tag{ring}, #gc = :gc, #rvn = :rvn REMOVE #owner",
-            ConditionExpression="#owner = :me",
-            ExpressionAttributeNames=names,
-            ExpressionAttributeValues={
-                ":me": {"S": owner},
-                ":tag": {"S": tag},
-                ":now": it.num(now),
-                ":rvn": {"S": uuid.uuid4().hex},
-                ":gc": self._gc_at(now),
-            },
-        )
+        return rq.release(self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now)
 
     def _release_later(self, lease: Lease) -> None:
         """Have the heartbeat thread try a failed release again, until it is confirmed.
@@ -1568,12 +1445,7 @@ class LockClient:
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
         broken: str | None = None  # the owner it took the key from, when the reply says
-        # A held key, or a free one that a waiter has reserved (it may have died).
-        condition = "(attribute_exists(#owner) OR attribute_exists(#reserved_by))"
-        extra: dict[str, Any] = {}
-        if token is not None:
-            condition += " AND #fence = :token"
-            extra[":token"] = it.num(token)
+        condition, extra = rq.break_condition(token)
         try:
             reply = self._call(
                 "update_item",
@@ -1662,27 +1534,16 @@ class LockClient:
     def _break_request(
         self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str
     ) -> dict[str, Any]:
-        """A break: the owner and any reservation go, the fence stays, and who broke it and why is recorded."""
-        now = self.clock.now()
-        names = self._names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON, it.RESERVED_BY)
-        if ":token" in values:
-            names["#fence"] = it.FENCE
-        return dict(
-            Key=self._key(stored),
-            UpdateExpression=(
-                "SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn "
-                "REMOVE #owner, #reserved_by"
-            ),
-            ConditionExpression=condition,
-            ExpressionAttributeNames={**names, "#gc": self.options.ttl_attribute},
-            ExpressionAttributeValues={
-                ":now": it.num(now),
-                ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
-                ":why": {"S": reason or "no reason given"},
-                ":rvn": {"S": mark},
-                ":gc": self._gc_at(now),
-                **values,
-            },
+        """A break (see requests.break_)."""
+        return rq.break_(
+            self.options,
+            stored,
+            condition=condition,
+            values=values,
+            mark=mark,
+            reason=reason,
+            by=by,
+            now=self.clock.now(),
         )
 
     def create_table(

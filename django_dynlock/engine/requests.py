@@ -1,0 +1,277 @@
+"""Every write the lock client sends, as pure functions.
+
+Each returns the parameters of one ``UpdateItem`` (without ``TableName``, which the
+client adds) from what it needs to know. Nothing here reads a clock, draws a random
+number or talks to DynamoDB: the client passes the times, the record versions and the
+holder, so the conditions can be read, and tested, without a server. Why each condition
+is what it is: docs/protocol.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from . import items as it
+from .options import ClientOptions
+
+Request = dict[str, Any]
+
+# How long a reservation stays after the release when its waiter does not take its
+# turn (it died, most likely): then any acquire takes the key.
+RESERVATION_GRACE = 2.0
+
+
+def key(options: ClientOptions, stored: str) -> dict[str, Any]:
+    return {options.key_attribute: {"S": stored}}
+
+
+def names(*attrs: str) -> dict[str, str]:
+    return {f"#{name}": name for name in attrs}
+
+
+def gc_at(options: ClientOptions, now: float, lease_seconds: float = 0.0) -> dict[str, str]:
+    """When TTL may delete the item: RETENTION after the lease ends. TTL wants whole
+    epoch seconds as a Number."""
+    return it.num(int(now + lease_seconds + options.retention) + 1)
+
+
+def acquire(
+    options: ClientOptions,
+    stored: str,
+    *,
+    owner: str,
+    rvn: str,
+    seq: int,
+    lease_seconds: float,
+    stamp: float,
+    now: float,
+    earliest: float | None,
+    host: str,
+    pid: int,
+    thread: str,
+    holder: Mapping[str, Any] | None,
+    takeover_rvn: str | None,
+) -> Request:
+    """One acquire attempt (also an item of a transaction); it stores ``stamp + lease_seconds``
+    as the expiry. ``earliest`` is the earliest DynamoDB's clock can read now (None while
+    unknown); ``takeover_rvn`` the holder's record version a waiter watched for a whole lease."""
+    all_names = names(
+        it.OWNER,
+        it.RVN,
+        it.SEQ,
+        it.FENCE,
+        it.LEASE_MS,
+        it.EXPIRES_AT,
+        it.ACQUIRED_AT,
+        it.HOST,
+        it.PID,
+        it.THREAD,
+        it.HOLDER,
+        it.RELEASED_AT,
+        it.RESERVED_BY,
+    )
+    slot, tag = it.release_slot(owner)
+    all_names["#slot"] = slot
+    all_names["#ring"] = it.RING
+    all_names["#gc"] = options.ttl_attribute
+    values = {
+        ":me": {"S": owner},
+        ":rvn": {"S": rvn},
+        ":seq": it.num(seq),
+        ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
+        ":expires": it.num(stamp + lease_seconds),
+        ":now": it.num(now),
+        ":host": {"S": host},
+        ":pid": it.num(pid),
+        ":thread": {"S": thread},
+        ":holder": it.holder_map(holder),
+        ":gc": gc_at(options, stamp, lease_seconds),
+        # A key whose item was deleted by TTL starts again from the clock in µs,
+        # above every token issued before (unless a million were issued a second).
+        # The latest DynamoDB's clock can read is never behind it, and an earlier
+        # base was at most its writer's uncertainty ahead: TTL deletes an item no
+        # sooner than a lease + RETENTION after its last write, far more than that.
+        ":base": it.num(int(stamp * 1_000_000)),
+        ":one": it.num(1),
+        ":tag": {"S": tag},
+        ":ring0": it.EMPTY_RING,
+    }
+    # Not while another waiter has the next turn (see reserve), unless it left that
+    # turn unused for RESERVATION_GRACE after the release (it died, most likely).
+    reservation = "attribute_not_exists(#reserved_by) OR #reserved_by = :me"
+    if earliest is not None:
+        reservation += " OR #released_at < :lapsed"
+        values[":lapsed"] = it.num(earliest - RESERVATION_GRACE)
+    # A free key, unless this very acquisition was already released or abandoned: an
+    # attempt of ours that was delayed in the network and lands after that must not
+    # lock the key for an owner nobody renews (a ghost holder). See items.RELEASE_SLOTS
+    # and items.RING.
+    # Or our own earlier attempt whose reply was lost, but never an earlier attempt
+    # landing after a later one (the sequence number orders our writes).
+    condition = (
+        "(attribute_not_exists(#owner) AND (attribute_not_exists(#slot) OR NOT contains(#slot, :tag))"
+        f" AND (attribute_not_exists(#ring) OR NOT contains(#ring, :tag)) AND ({reservation}))"
+        " OR (#owner = :me AND #seq < :seq)"
+    )
+    if takeover_rvn is not None:
+        condition += " OR #rvn = :seen"
+        values[":seen"] = {"S": takeover_rvn}
+    if earliest is not None:
+        # The holder's expiry has passed, even by the earliest DynamoDB's clock can read.
+        condition += " OR (attribute_exists(#owner) AND #expires_at < :earliest)"
+        values[":earliest"] = it.num(earliest)
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": (
+            "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
+            "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
+            "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one, #ring = if_not_exists(#ring, :ring0) "
+            "REMOVE #released_at, #reserved_by"
+        ),
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": all_names,
+        "ExpressionAttributeValues": values,
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
+def renew(
+    options: ClientOptions, stored: str, *, owner: str, rvn: str, seq: int, lease_seconds: float, stamp: float
+) -> Request:
+    """One renewal: the expiry becomes ``stamp + lease_seconds``."""
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
+        # The owner id names this acquisition alone. Not conditioned on our previous
+        # rvn: a renewal applied whose reply was lost must not make the next one
+        # fail. But on the sequence number: one delayed in the network must not
+        # land after a later one and move the expiry back.
+        "ConditionExpression": "#owner = :me AND #seq < :seq",
+        "ExpressionAttributeNames": {
+            **names(it.OWNER, it.RVN, it.SEQ, it.LEASE_MS, it.EXPIRES_AT),
+            "#gc": options.ttl_attribute,
+        },
+        "ExpressionAttributeValues": {
+            ":me": {"S": owner},
+            ":rvn": {"S": rvn},
+            ":seq": it.num(seq),
+            ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
+            ":expires": it.num(stamp + lease_seconds),
+            ":gc": gc_at(options, stamp, lease_seconds),
+        },
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
+def reserve(options: ClientOptions, stored: str, *, owner: str, holder: str) -> Request:
+    """A starving waiter's claim of the next turn after ``holder`` (conditioned on that
+    holder, so that a claim delayed in the network cannot land under a later one)."""
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": "SET #reserved_by = :me",
+        "ConditionExpression": "#owner = :holder AND attribute_not_exists(#reserved_by)",
+        "ExpressionAttributeNames": names(it.OWNER, it.RESERVED_BY),
+        "ExpressionAttributeValues": {":me": {"S": owner}, ":holder": {"S": holder}},
+    }
+
+
+def give_up_reservation(options: ClientOptions, stored: str, *, owner: str) -> Request:
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": "REMOVE #reserved_by",
+        "ConditionExpression": "#reserved_by = :me",
+        "ExpressionAttributeNames": names(it.RESERVED_BY),
+        "ExpressionAttributeValues": {":me": {"S": owner}},
+    }
+
+
+def mark_slot(options: ClientOptions, stored: str, *, owner: str, mark: str, now: float) -> Request:
+    """Mark ``owner``'s release slot (``mark`` + its tag), whoever holds the key: no acquire
+    attempt of that owner can land from then on (items.RELEASE_SLOTS)."""
+    slot, tag = it.release_slot(owner)
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": "SET #slot = :tag, #gc = if_not_exists(#gc, :gc)",
+        "ExpressionAttributeNames": {"#slot": slot, "#gc": options.ttl_attribute},
+        "ExpressionAttributeValues": {":tag": {"S": mark + tag}, ":gc": gc_at(options, now)},
+    }
+
+
+def release(options: ClientOptions, stored: str, *, owner: str, fence: int | None, rvn: str, now: float) -> Request:
+    """The release write of ``owner``: the item keeps its fence, loses its owner, and
+    remembers the release in the owner's slot (see items.RELEASE_SLOTS) and, for a
+    lease whose ``fence`` is known, in the release ring (items.RING)."""
+    slot, tag = it.release_slot(owner)
+    all_names = {
+        **names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
+        "#gc": options.ttl_attribute,
+        "#slot": slot,
+    }
+    ring = ""
+    if fence is not None:
+        all_names["#ring"] = it.RING
+        ring = f", #ring[{it.ring_index(fence)}] = :tag"  # a list index cannot be a placeholder
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": (
+            f"SET #released_at = :now, #released_by = :me, #slot = :tag{ring}, #gc = :gc, #rvn = :rvn REMOVE #owner"
+        ),
+        "ConditionExpression": "#owner = :me",
+        "ExpressionAttributeNames": all_names,
+        "ExpressionAttributeValues": {
+            ":me": {"S": owner},
+            ":tag": {"S": tag},
+            ":now": it.num(now),
+            ":rvn": {"S": rvn},
+            ":gc": gc_at(options, now),
+        },
+    }
+
+
+def break_condition(token: int | None) -> tuple[str, dict[str, Any]]:
+    """An operator's break: a held key, or a free one that a waiter has reserved (it
+    may have died); with ``token``, only while the lease still has it."""
+    condition = "(attribute_exists(#owner) OR attribute_exists(#reserved_by))"
+    values: dict[str, Any] = {}
+    if token is not None:
+        condition += " AND #fence = :token"
+        values[":token"] = it.num(token)
+    return condition, values
+
+
+def break_(
+    options: ClientOptions,
+    stored: str,
+    *,
+    condition: str,
+    values: Mapping[str, Any],
+    mark: str,
+    reason: str,
+    by: str,
+    now: float,
+) -> Request:
+    """A break: the owner and any reservation go, the fence stays, and who broke it and
+    why is recorded. ``mark`` is the record version it writes: how a retry, or a read
+    after lost replies, recognises it."""
+    all_names = names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY, it.BREAK_REASON, it.RESERVED_BY)
+    if ":token" in values:
+        all_names["#fence"] = it.FENCE
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": (
+            "SET #released_at = :now, #released_by = :by, #break_reason = :why, #gc = :gc, #rvn = :rvn "
+            "REMOVE #owner, #reserved_by"
+        ),
+        "ConditionExpression": condition,
+        "ExpressionAttributeNames": {**all_names, "#gc": options.ttl_attribute},
+        "ExpressionAttributeValues": {
+            ":now": it.num(now),
+            ":by": {"S": f"{it.BREAK_PREFIX}{by}"},
+            ":why": {"S": reason or "no reason given"},
+            ":rvn": {"S": mark},
+            ":gc": gc_at(options, now),
+            **values,
+        },
+    }

@@ -1,0 +1,100 @@
+"""The requests of django_dynlock.engine.requests, read without a server.
+
+DynamoDB refuses a request that defines an attribute name or value its expressions do
+not use, or uses one it does not define; these tests check every request in each of its
+shapes for that, and the clauses that the protocol depends on.
+"""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from django_dynlock.engine import items as it
+from django_dynlock.engine import requests as rq
+from django_dynlock.engine.options import ClientOptions
+
+OPTIONS = ClientOptions(table_name="locks", region_name="us-east-1")
+OWNER = "web-1:42:abc:def"
+
+
+def acquire(**overrides):
+    fields = dict(
+        owner=OWNER,
+        rvn="r1",
+        seq=1,
+        lease_seconds=10.0,
+        stamp=1_800_000_000.0,
+        now=1_800_000_000.0,
+        earliest=None,
+        host="web-1",
+        pid=42,
+        thread="MainThread",
+        holder={"view": "v"},
+        takeover_rvn=None,
+    )
+    return rq.acquire(OPTIONS, "job:1", **{**fields, **overrides})
+
+
+SHAPES = {
+    "acquire": acquire(),
+    "acquire, clock known": acquire(earliest=1_799_999_999.5),
+    "acquire, taking over a watched holder": acquire(earliest=1_799_999_999.5, takeover_rvn="r0"),
+    "renew": rq.renew(OPTIONS, "job:1", owner=OWNER, rvn="r2", seq=2, lease_seconds=10.0, stamp=1_800_000_001.0),
+    "reserve": rq.reserve(OPTIONS, "job:1", owner=OWNER, holder="other"),
+    "give up a reservation": rq.give_up_reservation(OPTIONS, "job:1", owner=OWNER),
+    "mark a slot": rq.mark_slot(OPTIONS, "job:1", owner=OWNER, mark="lost:", now=1_800_000_000.0),
+    "release": rq.release(OPTIONS, "job:1", owner=OWNER, fence=None, rvn="r3", now=1_800_000_000.0),
+    "release with its fence": rq.release(OPTIONS, "job:1", owner=OWNER, fence=37, rvn="r3", now=1_800_000_000.0),
+    **{
+        f"break{' with a token' if token else ''}": rq.break_(
+            OPTIONS, "job:1", condition=condition, values=values, mark="m", reason="", by="ops", now=1_800_000_000.0
+        )
+        for token in (None, 7)
+        for condition, values in [rq.break_condition(token)]
+    },
+}
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_every_name_and_value_is_defined_and_used(shape):
+    request = SHAPES[shape]
+    text = " ".join(request.get(part, "") for part in ("UpdateExpression", "ConditionExpression"))
+    assert set(re.findall(r"#\w+", text)) == set(request["ExpressionAttributeNames"])
+    assert set(re.findall(r":\w+", text)) == set(request["ExpressionAttributeValues"])
+    assert request["Key"] == {"key": {"S": "job:1"}}
+
+
+def test_acquire_takes_a_free_key_or_its_own_earlier_attempt_only():
+    condition = acquire()["ConditionExpression"]
+    assert "attribute_not_exists(#owner)" in condition
+    assert "NOT contains(#slot, :tag)" in condition and "NOT contains(#ring, :tag)" in condition  # no ghost holder
+    assert "(#owner = :me AND #seq < :seq)" in condition  # an earlier attempt never lands after a later one
+    assert "#expires_at" not in condition  # no takeover while DynamoDB's clock is unknown
+    known = acquire(earliest=1_799_999_999.5)
+    assert "#expires_at < :earliest" in known["ConditionExpression"]
+    assert known["ExpressionAttributeValues"][":lapsed"] == it.num(1_799_999_999.5 - rq.RESERVATION_GRACE)
+
+
+def test_acquire_stores_the_expiry_and_a_fence_above_every_earlier_one():
+    values = acquire(stamp=1_800_000_000.25, lease_seconds=10.0)["ExpressionAttributeValues"]
+    assert values[":expires"] == it.num(1_800_000_010.25)
+    assert values[":base"] == it.num(1_800_000_000_250_000)  # the clock in µs, for an item TTL deleted
+    assert values[":lease_ms"] == it.num(10_000)
+    assert values[":gc"] == it.num(int(1_800_000_010.25 + OPTIONS.retention) + 1)
+
+
+def test_renewals_are_ordered_by_their_sequence_number():
+    assert SHAPES["renew"]["ConditionExpression"] == "#owner = :me AND #seq < :seq"
+
+
+def test_a_release_with_its_fence_writes_the_ring_at_that_index():
+    assert "#ring[5] = :tag" in SHAPES["release with its fence"]["UpdateExpression"]  # 37 % 16
+    assert "#ring" not in SHAPES["release"]["UpdateExpression"]
+
+
+def test_a_break_with_a_token_breaks_only_that_lease():
+    assert SHAPES["break with a token"]["ConditionExpression"].endswith(" AND #fence = :token")
+    assert SHAPES["break with a token"]["ExpressionAttributeValues"][":token"] == it.num(7)
+    assert SHAPES["break"]["ExpressionAttributeValues"][":why"] == {"S": "no reason given"}
