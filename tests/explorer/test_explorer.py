@@ -8,8 +8,10 @@ sweep over 20,000 seeded schedules.
 
 from __future__ import annotations
 
+import ast
 import copy
 import os
+import re
 
 import pytest
 from hypothesis import HealthCheck, Phase, given, settings
@@ -132,8 +134,48 @@ def test_the_explorer_finds_a_reverted_fix(store, fix):
 CATCHES = {"ordered-writes": 318, "release-slots": 250}
 
 
+# The schedule Hypothesis shrank the reverted release-slot guard to (the long test
+# below): four choices away from the default one.
+SHRUNK = {
+    "release-slots": [1, 0, 0, 0, 0, 0, 0, 0, 0, 2] + [0] * 27 + [70, 0, 1, 2] + [0] * 20,
+}
+
+
+@pytest.mark.parametrize("fix", sorted(SHRUNK))
+def test_a_shrunk_counterexample_still_catches_its_reverted_fix(store, fix):
+    with pytest.raises(Violation):
+        explore(Choices(replay=SHRUNK[fix]), store, rewrite=reverting(fix))
+    explore(Choices(replay=SHRUNK[fix]), store)
+
+
 @pytest.mark.parametrize("fix", sorted(CATCHES))
 def test_a_reverted_fix_is_caught(store, fix):
     with pytest.raises(Violation):
         explore(SeededChoices(CATCHES[fix]), store, rewrite=reverting(fix))
     explore(SeededChoices(CATCHES[fix]), store)
+
+
+# Hypothesis finds a reverted fix by itself, and shrinks the schedule, for the release
+# slots: 2,000 derandomized examples found it in 220 s here. It did not find the ordered
+# writes in 2,000 (the seeded sweep does, at seed 318): a known gap of the explorer.
+@pytest.mark.skipif(not LONG, reason="runs with DYNLOCK_EXPLORE=long")
+def test_hypothesis_finds_and_shrinks_the_reverted_release_slots(store):
+    @settings(
+        max_examples=2000,
+        deadline=None,
+        derandomize=True,
+        database=None,
+        phases=[Phase.generate, Phase.shrink],
+        suppress_health_check=list(HealthCheck),
+    )
+    @given(st.data())
+    def schedules(data):
+        explore(Choices(data), store, rewrite=reverting("release-slots"))
+
+    with pytest.raises(Violation) as found:
+        schedules()
+    replay = ast.literal_eval(re.search(r"replay with Choices\(replay=(\[.*?\])\)", str(found.value)).group(1))
+    print(f"\nshrunk to {len(replay)} choices: {replay}")
+    with pytest.raises(Violation):  # the shrunk schedule replays the bug...
+        explore(Choices(replay=replay), store, rewrite=reverting("release-slots"))
+    explore(Choices(replay=replay), store)  # ...which the fix prevents
