@@ -30,6 +30,7 @@ from pathlib import Path
 # -- settings (read by Django when DJANGO_SETTINGS_MODULE is this module) --------------------
 # The demo's apps, middleware, templates and URLs; its own database, table and endpoint.
 from testproject.settings import *  # noqa: E402,F401,F403
+from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION  # noqa: E402
 
 SECRET_KEY = "browser-test-only"
 DEBUG = False
@@ -42,8 +43,8 @@ DYNLOCK = {
     "default": {
         "TABLE_NAME": os.environ.get("DYNLOCK_BROWSER_TABLE", "django_dynlock"),
         "ENDPOINT_URL": os.environ.get("DYNLOCK_BROWSER_ENDPOINT", "http://127.0.0.1:9"),
-        "REGION_NAME": "us-east-1",
-        "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+        "REGION_NAME": DUMMY_REGION,
+        "SESSION_OPTIONS": DUMMY_CREDENTIALS,
     }
 }
 

@@ -1,5 +1,7 @@
 """Django settings for the test suite. The DYNLOCK endpoint is replaced per test."""
 
+from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION
+
 SECRET_KEY = "tests-only"
 DEBUG = False
 USE_TZ = True
@@ -40,8 +42,8 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 DYNLOCK = {
     "default": {
         "ENDPOINT_URL": "http://127.0.0.1:9",
-        "REGION_NAME": "us-east-1",
-        "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+        "REGION_NAME": DUMMY_REGION,
+        "SESSION_OPTIONS": DUMMY_CREDENTIALS,
     }
 }
 

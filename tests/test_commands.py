@@ -32,7 +32,15 @@ from django_dynlock.engine.items import LeaseInfo
 from django_dynlock.management.commands import breaklock, showlocks
 from tests.conftest import alias_settings, need_dynalite, table_name
 from tests.helpers import count_calls
-from tests.servers import REPO_ROOT, dummy_client, server_env, start_dynalite, suite_region
+from tests.servers import (
+    DUMMY_CREDENTIALS,
+    DUMMY_REGION,
+    REPO_ROOT,
+    dummy_client,
+    server_env,
+    start_dynalite,
+    suite_region,
+)
 
 UNREACHABLE = "http://127.0.0.1:9"
 # Most behaviour does not depend on the server: run it on moto only. dynalite (no TTL,
@@ -319,9 +327,8 @@ def test_createlocktable_print_cloudformation_makes_a_working_table(moto_server,
     cloudformation = boto3.client(
         "cloudformation",
         endpoint_url=moto_server.endpoint_url,
-        region_name="us-east-1",
-        aws_access_key_id="testing",
-        aws_secret_access_key="testing",
+        region_name=DUMMY_REGION,
+        **DUMMY_CREDENTIALS,
     )
     cloudformation.create_stack(StackName=f"stack-{name}", TemplateBody=template)
     ids = [m.id for m in checks.run_checks(tags=["dynlock_table"], include_deployment_checks=True)]

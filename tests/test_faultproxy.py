@@ -20,7 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from tests.faultproxy import FaultProxy
-from tests.servers import LocalServer, start_moto_server
+from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION, LocalServer, start_moto_server
 
 # total_max_attempts, not max_attempts: botocore's "max_attempts" counts
 # *retries*, so max_attempts=1 would quietly retry every fault once.
@@ -29,7 +29,7 @@ CLIENT_CONFIG = Config(
     connect_timeout=1,
     read_timeout=1,
 )
-_session = boto3.session.Session(aws_access_key_id="testing", aws_secret_access_key="testing", region_name="us-east-1")
+_session = boto3.session.Session(**DUMMY_CREDENTIALS, region_name=DUMMY_REGION)
 
 
 def make_client(endpoint_url: str) -> Any:

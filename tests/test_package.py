@@ -17,7 +17,7 @@ import pytest
 
 import django_dynlock
 from tests.conftest import table_name
-from tests.servers import dummy_client
+from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION, dummy_client
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow
@@ -139,8 +139,8 @@ def test_the_installed_wheel_runs_check_migrate_and_createlocktable(dist, dynamo
         "default": {
             "TABLE_NAME": table,
             "ENDPOINT_URL": dynamodb_local_server.endpoint_url,
-            "REGION_NAME": "us-east-1",
-            "SESSION_OPTIONS": {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"},
+            "REGION_NAME": DUMMY_REGION,
+            "SESSION_OPTIONS": DUMMY_CREDENTIALS,
         }
     }
     (site / "site_settings.py").write_text(SETTINGS + f"DYNLOCK = {dynlock!r}\n")

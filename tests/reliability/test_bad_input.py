@@ -27,9 +27,8 @@ from django_dynlock import (
 )
 from django_dynlock.conf import get_options
 from django_dynlock.engine import ClientOptions, LockClient
+from tests.servers import DUMMY_CREDENTIALS as CREDS
 from tests.servers import dummy_client
-
-CREDS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 
 
 @dataclass
