@@ -438,6 +438,22 @@ class FaultProxy:
             self._scripted.append(fault)
         return fault
 
+    def lose_a_break(self, attempts: int) -> ScriptedFault:
+        """A break that lands unseen: the replies of its first ``attempts`` tries are
+        dropped (the write is applied), and the reads after it are reset, so that it
+        cannot be read back either. Reads before the break go through."""
+        breaking = threading.Event()
+
+        def is_break(body: dict[str, Any]) -> bool:
+            if "#break_reason" not in body.get("UpdateExpression", ""):
+                return False
+            breaking.set()
+            return True
+
+        dropped = self.add_fault("drop_reply", operation="UpdateItem", match=is_break, times=attempts)
+        self.add_fault("reset", operation="GetItem", match=lambda body: breaking.is_set(), times=attempts)
+        return dropped
+
     def set_rates(
         self,
         rates: Mapping[str, float],

@@ -825,9 +825,7 @@ def test_a_break_whose_replies_were_lost_is_audited_once_a_reload_confirms_it(ta
     with FaultProxy(moto_server.endpoint_url, max_seconds=60) as proxy:
         settings.DYNLOCK = {"default": alias_settings(proxy.endpoint_url, table.options.table_name)}
         attempts = get_lock_client().options.call_attempts
-        is_break = lambda body: "#break_reason" in body.get("UpdateExpression", "")  # noqa: E731
-        proxy.add_fault("drop_reply", operation="UpdateItem", match=is_break, times=attempts)
-        proxy.add_fault("reset", operation="GetItem", times=attempts)
+        proxy.lose_a_break(attempts)
         response = operator.post(break_url("job:lost"), {"token": str(lease.token), "reason": "stuck"})
         assert response.status_code == 302 and response["Location"] == detail_url("job:lost")
         assert table.get("job:lost") is None  # it did land

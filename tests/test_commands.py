@@ -1235,16 +1235,7 @@ def test_breaklock_says_a_break_whose_replies_were_lost_may_have_happened(dynloc
     other_client(dynlock).acquire("lost-replies")
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
         settings.DYNLOCK = {"default": alias_settings(proxy.endpoint_url, dynlock.options.table_name)}
-        attempts = get_lock_client().options.call_attempts
-        breaking = threading.Event()  # the reads before the break go through, those after it fail
-
-        def is_break(body):
-            if "#break_reason" in body.get("UpdateExpression", ""):
-                breaking.set()
-            return breaking.is_set()
-
-        proxy.add_fault("drop_reply", operation="UpdateItem", times=attempts, match=is_break)
-        proxy.add_fault("reset", operation="GetItem", times=attempts, match=lambda body: breaking.is_set())
+        proxy.lose_a_break(get_lock_client().options.call_attempts)  # breaklock's read before it goes through
         out = io.StringIO()
         with caplog.at_level(logging.WARNING, logger="django_dynlock"):
             with pytest.raises(CommandError, match="1 of 1 lock not broken") as failed:

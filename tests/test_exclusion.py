@@ -238,9 +238,7 @@ def test_a_break_that_cannot_be_read_back_is_unconfirmed_until_dynamodb_answers(
         operator.add_listener(lambda event, lease=None, **info: broken.append(info) if event == "broken" else None)
         try:
             lease = dynlock.acquire("unconfirmed")
-            attempts = operator.options.call_attempts
-            proxy.add_fault("drop_reply", operation="UpdateItem", match=is_break, times=attempts)
-            proxy.add_fault("reset", operation="GetItem", times=attempts)
+            proxy.lose_a_break(operator.options.call_attempts)
             with pytest.raises(BreakUnconfirmed) as unknown:
                 operator.break_lease("unconfirmed", token=lease.token, reason="stuck")
             assert unknown.value.token == lease.token and broken == []
