@@ -13,6 +13,7 @@ from django.db import connections
 
 from . import signals
 from .engine.client import LockClient
+from .engine.heartbeat import THREAD_NAME_PREFIX
 
 SIGNALS = {
     "acquired": signals.lock_acquired,
@@ -29,7 +30,7 @@ def send_signal(event: str, *, client: LockClient, **info: Any) -> None:
     if signal is None or not signal.receivers:
         return
     signal.send(sender=LockClient, client=client, alias=client.options.alias, **info)
-    if threading.current_thread().name.startswith("dynlock-heartbeat"):
+    if threading.current_thread().name.startswith(THREAD_NAME_PREFIX):
         # Receivers may have used the ORM from our background thread; nothing else
         # would ever close those connections.
         connections.close_all()

@@ -38,7 +38,7 @@ from .clock import DRIFT, ServerClock, reply_date
 from .connection import build_boto_client
 from .errors import describe_endpoint, error_code, may_have_applied, safe_endpoint, translate
 from .gates import Gates
-from .heartbeat import Heartbeater
+from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
 from .options import ClientOptions, check_seconds
@@ -136,7 +136,7 @@ class LockClient:
         self._held: set[Lease] = set()
         self._watches: OrderedDict[str, _Watch] = OrderedDict()
         self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
-        self._heartbeater = Heartbeater(self._heartbeat, name=f"dynlock-heartbeat-{self.options.alias}")
+        self._heartbeater = Heartbeater(self._heartbeat, name=THREAD_NAME_PREFIX + self.options.alias)
 
     def _after_fork(self) -> None:
         # A child shares none of its parent's leases: the parent keeps renewing them,

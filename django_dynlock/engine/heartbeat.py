@@ -23,6 +23,10 @@ logger = logging.getLogger("django_dynlock")
 
 IDLE_EXIT = 5.0  # seconds with no lease before the thread ends
 
+# Every heartbeat thread's name starts with this (then the alias): the Django layer
+# recognises the thread by it, to close the database connections its receivers opened.
+THREAD_NAME_PREFIX = "dynlock-heartbeat-"
+
 
 class Heartbeater:
     def __init__(self, renew: Callable[[Lease], float | None], name: str):
