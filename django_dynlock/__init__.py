@@ -1,6 +1,5 @@
 """django-dynlock: distributed locks (leases) for Django, stored in Amazon DynamoDB."""
 
-from .clients import get_lock_client
 from .decorators import dynamo_lock
 from .engine import ClientOptions, Lease, LeaseGroup, LeaseInfo, LeaseState, LockClient, TableStatus
 from .exceptions import (
@@ -16,6 +15,7 @@ from .exceptions import (
     LockNotAcquired,
     TableNotFound,
 )
+from .registry import get_lock_client
 
 __version__ = "0.1.0"
 

@@ -37,13 +37,13 @@ from django.urls import path, reverse
 from django.utils.text import Truncator
 
 from . import admin_ids, conf
-from .clients import get_lock_client
 from .engine.client import LockClient
 from .engine.items import LeaseInfo
 from .engine.text import printable
 from .exceptions import BreakUnconfirmed, ConfigurationError, CredentialsError, DynLockError, TableNotFound
 from .management import formatting as fmt
 from .models import Lease
+from .registry import get_lock_client
 
 #: The changelist action's name (also the ``action`` value its form posts).
 BREAK_ACTION = "break_leases"
@@ -63,35 +63,35 @@ class UnknownAlias(DynLockError):
 
 
 @dataclass
-class Problem:
+class FailureNotice:
     """A DynamoDB/settings failure, as shown on the page: what happened and what to do."""
 
     message: str
     hint: str
 
 
-def problem(exc: DynLockError, alias: str) -> Problem:
+def problem(exc: DynLockError, alias: str) -> FailureNotice:
     """What to tell an operator. Messages of the library never contain credentials."""
     switch = f" --alias {alias}" if alias != conf.DEFAULT_ALIAS else ""
     if isinstance(exc, UnknownAlias):
-        return Problem(str(exc), "Pick one of the configured aliases.")
+        return FailureNotice(str(exc), "Pick one of the configured aliases.")
     if isinstance(exc, ConfigurationError):
         # Its text may quote a setting's value (a mistyped SESSION_OPTIONS, say): not shown.
-        return Problem(
+        return FailureNotice(
             f"The DYNLOCK setting of alias {alias!r} has errors.",
             "Run `python manage.py check` to see them, and fix DYNLOCK.",
         )
     if isinstance(exc, TableNotFound):
-        return Problem(str(exc), f"Create the table: `python manage.py createlocktable{switch}`.")
+        return FailureNotice(str(exc), f"Create the table: `python manage.py createlocktable{switch}`.")
     if isinstance(exc, CredentialsError):
-        return Problem(
+        return FailureNotice(
             str(exc),
             "Check the credentials this server runs with (DYNLOCK SESSION_OPTIONS, "
             "AWS_* environment variables, profile or instance role).",
         )
     if getattr(exc, "code", None) == "AccessDeniedException":
-        return Problem(str(exc), "Grant the IAM principal this server runs as those actions on the table.")
-    return Problem(
+        return FailureNotice(str(exc), "Grant the IAM principal this server runs as those actions on the table.")
+    return FailureNotice(
         str(exc),
         "Check that DynamoDB is reachable from this server and that ENDPOINT_URL and "
         "REGION_NAME are right: `python manage.py check --deploy --tag dynlock_table` "
@@ -325,7 +325,7 @@ class LeaseAdmin(admin.ModelAdmin):
         rows: list[Row] = []
         next_cursor: str | None = None
         hidden_expired = 0
-        error: Problem | None = None
+        error: FailureNotice | None = None
         now = dt.datetime.now(dt.UTC)
         try:
             alias = self._alias(request)
@@ -379,7 +379,7 @@ class LeaseAdmin(admin.ModelAdmin):
         key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         row: Row | None = None
-        error: Problem | None = None
+        error: FailureNotice | None = None
         now = dt.datetime.now(dt.UTC)
         try:
             alias = self._alias(request, named)
@@ -515,7 +515,7 @@ class LeaseAdmin(admin.ModelAdmin):
         form_errors: list[str] = []
         reason = ""
         posted_token: int | None = None
-        error: Problem | None = None
+        error: FailureNotice | None = None
         info: LeaseInfo | None = None
         now = dt.datetime.now(dt.UTC)
         try:

@@ -18,7 +18,7 @@ TAG = "dynlock"
 TABLE_TAG = "dynlock_table"
 
 
-def _message(problem: conf.Problem) -> checks.CheckMessage:
+def _message(problem: conf.SettingProblem) -> checks.CheckMessage:
     level = checks.Error if problem.is_error else checks.Warning
     return level(problem.msg, hint=problem.hint, id=problem.id)
 
@@ -30,7 +30,7 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
 
 @checks.register(TAG, TABLE_TAG, deploy=True)
 def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
-    from .clients import get_lock_client
+    from .registry import get_lock_client
 
     messages: list[checks.CheckMessage] = []
     for alias in conf.aliases():

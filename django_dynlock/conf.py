@@ -102,7 +102,7 @@ _ITEM_ATTRIBUTES = {
 
 
 @dataclass(frozen=True)
-class Problem:
+class SettingProblem:
     """One thing wrong with the setting; ``checks.py`` turns it into a CheckMessage."""
 
     id: str  # e.g. "dynlock.E004"
@@ -126,21 +126,21 @@ def _session_arguments() -> set[str]:
     return set(inspect.signature(boto3.session.Session.__init__).parameters) - {"self"}
 
 
-def _alias_problems(alias: str, raw: Any) -> list[Problem]:
+def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
     if not isinstance(raw, dict):
         return [
-            Problem(
+            SettingProblem(
                 "dynlock.E003",
                 f"{_where(alias)} must be a dict of settings, got {type(raw).__name__}.",
                 f'Write DYNLOCK = {{"{alias}": {{"TABLE_NAME": "django_dynlock"}}}}.',
             )
         ]
-    found: list[Problem] = []
+    found: list[SettingProblem] = []
     for name in raw:
         if name not in DEFAULTS:
             close = difflib.get_close_matches(str(name), DEFAULTS, n=1)
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E004",
                     f"{_where(alias, name)} is not a django-dynlock setting.",
                     f"Did you mean {close[0]!r}?" if close else f"Known settings: {', '.join(DEFAULTS)}.",
@@ -157,7 +157,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             # checks are printed by every manage.py command.
             got = type(value).__name__ if name in SECRET_SETTINGS else repr(value)
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E005", f"{_where(alias, name)} must be {said}, got {got}.", f"Default: {DEFAULTS[name]!r}."
                 )
             )
@@ -170,7 +170,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         if bad:
             bound = f"{'>=' if inclusive else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E006",
                     f"{_where(alias, name)} must be a finite number {bound}, got {value!r}.",
                     f"Default: {DEFAULTS[name]!r}.",
@@ -180,7 +180,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
     lease, period = values["LEASE_DURATION"], values["HEARTBEAT_PERIOD"]
     if numbers_ok and period * 3 > lease:
         found.append(
-            Problem(
+            SettingProblem(
                 "dynlock.E007",
                 f"{_where(alias, 'HEARTBEAT_PERIOD')} ({period}s) must be at most a third of LEASE_DURATION ({lease}s).",
                 f"Use HEARTBEAT_PERIOD <= {lease / 3:g}, or a longer LEASE_DURATION: a lease must survive "
@@ -189,7 +189,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         )
     if typed_ok["TABLE_NAME"] and not TABLE_NAME_RE.match(values["TABLE_NAME"]):
         found.append(
-            Problem(
+            SettingProblem(
                 "dynlock.E008",
                 f"{_where(alias, 'TABLE_NAME')} {values['TABLE_NAME']!r} is not a valid DynamoDB table name.",
                 "Use 3-255 characters from A-Z a-z 0-9 _ . -",
@@ -201,7 +201,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             config = merge_client_config(values["CLIENT_CONFIG"])
         except (TypeError, ValueError) as exc:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E009",
                     f"{_where(alias, 'CLIENT_CONFIG')} is not valid for botocore.config.Config: {exc}.",
                     "See botocore's Config reference: e.g. {'read_timeout': 2, 'retries': {'total_max_attempts': 2}}.",
@@ -212,7 +212,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         pair = {"aws_access_key_id", "aws_secret_access_key"} & set(values["SESSION_OPTIONS"])
         if unknown:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E010",
                     f"{_where(alias, 'SESSION_OPTIONS')} has unknown boto3 Session arguments: {', '.join(sorted(map(str, unknown)))}.",
                     f"Known: {', '.join(sorted(_session_arguments()))}.",
@@ -220,7 +220,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             )
         elif len(pair) == 1:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E010",
                     f"{_where(alias, 'SESSION_OPTIONS')} has {pair.pop()} without its other half.",
                     "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role).",
@@ -231,7 +231,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E011",
                     f"{_where(alias, 'ENDPOINT_URL')} must be an http(s) URL with a host, got a value of length {len(url)}.",
                     "e.g. 'http://127.0.0.1:8001' for a local server, or None for AWS.",
@@ -239,7 +239,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             )
     if typed_ok["KEY_PREFIX"] and len(values["KEY_PREFIX"].encode()) >= MAX_KEY_BYTES:
         found.append(
-            Problem(
+            SettingProblem(
                 "dynlock.E012",
                 f"{_where(alias, 'KEY_PREFIX')} is {len(values['KEY_PREFIX'].encode())} bytes: no room left for keys.",
                 f"DynamoDB partition keys are at most {MAX_KEY_BYTES} bytes; use a short prefix.",
@@ -247,7 +247,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         )
     if numbers_ok and values["MIN_RETRY_DELAY"] > values["MAX_RETRY_DELAY"]:
         found.append(
-            Problem(
+            SettingProblem(
                 "dynlock.E013",
                 f"{_where(alias, 'MIN_RETRY_DELAY')} is greater than MAX_RETRY_DELAY.",
                 "The retry delay grows from MIN_RETRY_DELAY up to MAX_RETRY_DELAY.",
@@ -257,7 +257,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
         value = values[name]
         if typed_ok[name] and (not value or value in _ITEM_ATTRIBUTES):
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E014",
                     f"{_where(alias, name)} {value!r} is empty or clashes with an attribute the lock item uses.",
                     f"Reserved: {', '.join(sorted(_ITEM_ATTRIBUTES))}.",
@@ -269,7 +269,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             validate_region_name(region)  # botocore's own rule, the one the client applies
         except InvalidRegionError:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.E015",
                     f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
                     "Use one such as 'eu-west-1', or None for the AWS environment's region.",
@@ -277,7 +277,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             )
     if region is None and values["ENDPOINT_URL"] is None:
         found.append(
-            Problem(
+            SettingProblem(
                 "dynlock.W003",
                 f"{_where(alias, 'REGION_NAME')} is not set: against AWS each host takes the region from its "
                 "own environment (AWS_REGION, AWS_DEFAULT_REGION, its profile). Two hosts that resolve "
@@ -286,12 +286,14 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             )
         )
     if typed_ok["KEY_ATTRIBUTE"] and typed_ok["TTL_ATTRIBUTE"] and values["KEY_ATTRIBUTE"] == values["TTL_ATTRIBUTE"]:
-        found.append(Problem("dynlock.E014", f"{_where(alias)} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ.", None))
+        found.append(
+            SettingProblem("dynlock.E014", f"{_where(alias)} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ.", None)
+        )
     if numbers_ok and config is not None:
         budget = call_budget(config)
         if budget > lease / 2:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.W001",
                     f"{_where(alias, 'CLIENT_CONFIG')}: one DynamoDB call can take up to {budget:g}s (attempts x "
                     f"(connect + read timeout)), more than half of LEASE_DURATION ({lease}s).",
@@ -301,7 +303,7 @@ def _alias_problems(alias: str, raw: Any) -> list[Problem]:
             )
         if values["MAX_CLOCK_SKEW"] is not None:
             found.append(
-                Problem(
+                SettingProblem(
                     "dynlock.W002",
                     f"{_where(alias, 'MAX_CLOCK_SKEW')} is set, but no longer used: every acquire now takes "
                     "over an expired lease by DynamoDB's own clock, which no host's clock can move.",
@@ -316,21 +318,21 @@ def _raw_setting() -> Any:
 
 
 @functools.cache
-def problems() -> tuple[Problem, ...]:
+def problems() -> tuple[SettingProblem, ...]:
     """Everything wrong with ``settings.DYNLOCK`` (cached until the setting changes)."""
     raw = _raw_setting()
     if not isinstance(raw, dict):
         return (
-            Problem(
+            SettingProblem(
                 "dynlock.E001",
                 f"DYNLOCK must be a dict of aliases like CACHES, got {type(raw).__name__}.",
                 'Write DYNLOCK = {"default": {"TABLE_NAME": "django_dynlock"}}.',
             ),
         )
-    found: list[Problem] = []
+    found: list[SettingProblem] = []
     if DEFAULT_ALIAS not in raw:
         found.append(
-            Problem(
+            SettingProblem(
                 "dynlock.E002",
                 "DYNLOCK has no 'default' alias.",
                 f"Add DYNLOCK['default'] (aliases present: {', '.join(map(repr, raw)) or 'none'}).",
@@ -382,7 +384,7 @@ def get_options(alias: str = DEFAULT_ALIAS) -> ClientOptions:
 def clear_caches() -> None:
     problems.cache_clear()
     get_options.cache_clear()
-    from .clients import forget_clients
+    from .registry import forget_clients
 
     forget_clients()
 

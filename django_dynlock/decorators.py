@@ -25,11 +25,11 @@ from typing import Any, TypeVar, cast
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse
 
-from .clients import get_lock_client
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
 from .exceptions import DynLockError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
+from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock")
 

@@ -7,7 +7,16 @@ heartbeat thread; django-dynlock closes that thread's database connections after
 sending, so receivers may use the ORM without leaking connections.
 """
 
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+from django.db import connections
 from django.dispatch import Signal
+
+from .engine.client import LockClient
+from .engine.heartbeat import THREAD_NAME_PREFIX
 
 #: A lease was acquired. Also: ``lease``, ``token``, ``holder`` (dict), ``waited`` (seconds).
 lock_acquired = Signal()
@@ -28,3 +37,28 @@ lock_lost = Signal()
 
 #: An operator broke a lease. Also: ``token`` (the token given, or None), ``reason``, ``by``.
 lock_broken = Signal()
+
+
+# The engine knows nothing of Django: each client built by ``get_lock_client`` gets
+# ``send_signal`` as its listener, which turns the engine's events into the signals above.
+
+_SIGNALS = {
+    "acquired": lock_acquired,
+    "released": lock_released,
+    "busy": lock_busy,
+    "at_risk": lock_at_risk,
+    "lost": lock_lost,
+    "broken": lock_broken,
+}
+
+
+def send_signal(event: str, *, client: LockClient, **info: Any) -> None:
+    """The engine listener: send the signal of ``event``, if anyone listens."""
+    signal = _SIGNALS.get(event)
+    if signal is None or not signal.receivers:
+        return
+    signal.send(sender=LockClient, client=client, alias=client.options.alias, **info)
+    if threading.current_thread().name.startswith(THREAD_NAME_PREFIX):
+        # Receivers may have used the ORM from our background thread; nothing else
+        # would ever close those connections.
+        connections.close_all()

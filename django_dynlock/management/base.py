@@ -18,9 +18,9 @@ from botocore.exceptions import BotoCoreError, ClientError
 from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
 
 from .. import conf
-from ..clients import get_lock_client
 from ..engine.client import LockClient
 from ..exceptions import ConfigurationError, DynLockError, InvalidArgument, InvalidKey
+from ..registry import get_lock_client
 
 #: Bad arguments or settings: the command line or DYNLOCK needs fixing.
 EXIT_USAGE = 2

@@ -25,9 +25,9 @@ from typing import Any
 
 from django.test import override_settings
 
-from ..clients import get_lock_client
 from ..conf import DEFAULT_ALIAS, DEFAULTS
 from ..engine.client import LockClient
+from ..registry import get_lock_client
 
 __all__ = ["lock_table"]
 

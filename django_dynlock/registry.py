@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import threading
 
-from .bridge import send_signal
 from .conf import DEFAULT_ALIAS, get_options
 from .engine.client import LockClient
+from .signals import send_signal
 
 _clients: dict[str, LockClient] = {}
 _lock = threading.Lock()
