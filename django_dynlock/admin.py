@@ -38,7 +38,7 @@ from django.utils.text import Truncator
 
 from . import admin_ids, conf
 from .engine.client import LockClient
-from .engine.items import LeaseInfo
+from .engine.items import USER_KEY, LeaseInfo
 from .engine.text import printable
 from .exceptions import BreakUnconfirmed, ConfigurationError, CredentialsError, DynLockError, TableNotFound
 from .management import formatting as fmt
@@ -167,15 +167,14 @@ def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
     percent = 0
     if left is not None and left > 0 and seconds > 0:
         percent = max(0, min(100, round(100 * left / seconds)))
-    what_key = next((k for k in fmt.WHAT_KEYS if info.holder.get(k)), None)
-    shown = {what_key, fmt.USER_KEY}
+    what_key = info.what_key()
     return Row(
         info=info,
         state=state,
         what=info.holder.get(what_key, "") if what_key else "",
-        user=info.holder.get(fmt.USER_KEY, ""),
-        where=f"{info.host or '?'}:{info.pid if info.pid is not None else '?'}",
-        metadata=[(k, v) for k, v in sorted(info.holder.items()) if k not in shown],
+        user=info.holder.get(USER_KEY, ""),
+        where=info.where(),
+        metadata=fmt.metadata(info),
         acquired_ago=fmt.ago(info.acquired_at, now),
         expires=fmt.expires(info, now),
         left=max(0.0, left or 0.0),

@@ -37,6 +37,11 @@ RESERVED_BY = "reserved_by"
 
 BREAK_PREFIX = "break:"
 
+# Holder metadata that says what holds a lease (the first one set), and for whom: how
+# ``LeaseInfo.describe`` names the holder, and the admin's and showlocks' columns.
+WHAT_KEYS = ("view", "function", "command")
+USER_KEY = "user"
+
 # Where the last releases are remembered, so that an acquire attempt delayed in the
 # network cannot take the key after its own acquisition was released, even when other
 # holders came and went meanwhile: each release writes a short tag of its owner id into
@@ -252,10 +257,25 @@ class LeaseInfo:
         now = now or dt.datetime.now(tz=dt.UTC)
         return (self.expires_at - now).total_seconds()
 
-    def describe(self) -> str:
-        where = f"{self.host or '?'}:{self.pid or '?'}"
-        what = self.holder.get("view") or self.holder.get("function") or self.holder.get("command")
-        return f"{what} on {where}" if what else where
+    def what_key(self) -> str | None:
+        """The holder metadata that says what holds the lease: the first of WHAT_KEYS set."""
+        return next((k for k in WHAT_KEYS if self.holder.get(k)), None)
+
+    def where(self) -> str:
+        """``host:pid`` of the holder, ``?`` for what is unknown. A pid of 0 is no process
+        (an item written without one): unknown too, never shown as ``0``."""
+        return f"{self.host or '?'}:{self.pid or '?'}"
+
+    def describe(self, *, user: bool = False) -> str:
+        """Who holds the lease and where, as people read it: ``shop.views.pay on web-1:1234``;
+        with ``user``, ``shop.views.pay (user 42) on web-1:1234`` (the commands and the
+        admin show the user; exception messages leave it out)."""
+        what_key = self.what_key()
+        text = self.holder[what_key] if what_key else ""
+        shown_user = self.holder.get(USER_KEY) if user else None
+        if shown_user:
+            text = f"{text} (user {shown_user})" if text else f"user {shown_user}"
+        return f"{text} on {self.where()}" if text else self.where()
 
     @classmethod
     def from_item(cls, item: Mapping[str, Any], *, key_attribute: str, key_prefix: str) -> LeaseInfo:

@@ -1,4 +1,5 @@
-"""How the commands show a lease to a person: relative times, holder, state.
+"""How the commands and the admin show a lease to a person: relative times, state,
+metadata. Who holds it and where is ``LeaseInfo.describe`` (and ``where``).
 
 Times in the table are DynamoDB's clock as each writer estimated it from its
 replies (to within about a second), compared with our own estimate of it.
@@ -10,12 +11,9 @@ import datetime as dt
 from typing import Any
 
 from ..engine.client import LockClient
-from ..engine.items import LeaseInfo
+from ..engine.items import USER_KEY, LeaseInfo
 from ..engine.text import printable
 
-# Holder metadata shown in the HOLDER column; everything else goes to METADATA.
-WHAT_KEYS = ("view", "function", "command")
-USER_KEY = "user"
 # How far two clients' estimates of DynamoDB's clock may disagree (seconds): the Date
 # header they learn it from has a resolution of one second.
 CLOCK_ERROR = 1.0
@@ -80,22 +78,21 @@ def expires(info: LeaseInfo, now: dt.datetime) -> str:
 
 def holder_text(info: LeaseInfo) -> str:
     """``shop.views.pay (user 42) on web-1:1234``: what, for whom, where."""
-    what = next((info.holder[k] for k in WHAT_KEYS if info.holder.get(k)), None)
-    user = info.holder.get(USER_KEY)
-    where = f"{info.host or '?'}:{info.pid or '?'}"
-    text = what or ""
-    if user:
-        text = f"{text} (user {user})" if text else f"user {user}"
-    return f"{text} on {where}" if text else where
+    return info.describe(user=True)
 
 
 def problems_text(info: LeaseInfo) -> str:
     return "; ".join(info.problems)
 
 
+def metadata(info: LeaseInfo) -> list[tuple[str, str]]:
+    """The holder metadata not already shown as what holds the lease and for whom."""
+    shown = {info.what_key(), USER_KEY}
+    return [(k, v) for k, v in sorted(info.holder.items()) if k not in shown]
+
+
 def metadata_text(info: LeaseInfo) -> str:
-    shown = {next((k for k in WHAT_KEYS if info.holder.get(k)), None), USER_KEY}
-    text = " ".join(f"{k}={v}" for k, v in sorted(info.holder.items()) if k not in shown)
+    text = " ".join(f"{k}={v}" for k, v in metadata(info))
     if info.problems:
         text = f"malformed: {problems_text(info)}" + (f" {text}" if text else "")
     return text
