@@ -9,7 +9,8 @@ import datetime as dt
 
 import pytest
 
-from django_dynlock.admin import LeaseAdmin, make_row
+from django_dynlock.admin import make_row
+from django_dynlock.admin.breaks import not_broken_message
 from django_dynlock.engine.items import LeaseInfo
 from django_dynlock.management import formatting as fmt
 from django_dynlock.management.listing import table_row
@@ -55,7 +56,7 @@ def test_commands_and_admin_show_the_same_holder_and_place(fields, where):
     row = make_row(info, NOW)
     assert (row.what, row.user, row.where) == ("shop.views.pay", "42", where)
     assert row.metadata == [("request_id", "9f1c")]
-    assert f"(held by shop.views.pay (user 42) on {where})" in LeaseAdmin._not_broken("invoice:42", 6, info, NOW)
+    assert f"(held by shop.views.pay (user 42) on {where})" in not_broken_message("invoice:42", 6, info, NOW)
 
 
 @pytest.mark.parametrize("pid", [0, None])

@@ -16,171 +16,44 @@ failure is shown on the page with what to do about it, never as a 500.
 
 from __future__ import annotations
 
-import base64
-import binascii
 import datetime as dt
-import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
-from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.admin.utils import quote, unquote
-from django.contrib.contenttypes.models import ContentType
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
-from django.utils.text import Truncator
 
-from . import admin_ids, conf
-from .engine.client import LockClient
-from .engine.items import USER_KEY, LeaseInfo
-from .engine.text import printable
-from .exceptions import BreakUnconfirmed, ConfigurationError, CredentialsError, DynLockError, TableNotFound
-from .management import formatting as fmt
-from .models import Lease
-from .registry import get_lock_client
+from .. import admin_ids, conf
+from ..engine.client import LockClient
+from ..engine.items import LeaseInfo
+from ..exceptions import BreakUnconfirmed, DynLockError
+from ..management import formatting as fmt
+from ..models import Lease
+from ..registry import get_lock_client
+from .breaks import (
+    MAX_REASON,
+    break_lease,
+    confirm_breaks,
+    not_broken_message,
+    parse_token,
+    posted_reason,
+    unconfirmed_message,
+)
+from .cursors import decode_cursor, encode_cursor
+from .notices import FailureNotice, UnknownAlias, failure_notice
+from .rows import Row, make_row, raw_json
 
 #: The changelist action's name (also the ``action`` value its form posts).
 BREAK_ACTION = "break_leases"
-#: Longest reason accepted (it is stored in the item, the admin log and the signal).
-MAX_REASON = 500
 #: Most keys one bulk confirmation page reads (one GetItem each).
 MAX_SELECTED = 100
 TEMPLATES = "admin/django_dynlock/lease"
-#: Where a session keeps the breaks whose outcome is not known yet (BreakUnconfirmed),
-#: until a page read shows whether they landed; at most MAX_UNCONFIRMED of them.
-UNCONFIRMED = "dynlock_unconfirmed_breaks"
-MAX_UNCONFIRMED = 50
-
-
-class UnknownAlias(DynLockError):
-    pass
-
-
-@dataclass
-class FailureNotice:
-    """A DynamoDB/settings failure, as shown on the page: what happened and what to do."""
-
-    message: str
-    hint: str
-
-
-def problem(exc: DynLockError, alias: str) -> FailureNotice:
-    """What to tell an operator. Messages of the library never contain credentials."""
-    switch = f" --alias {alias}" if alias != conf.DEFAULT_ALIAS else ""
-    if isinstance(exc, UnknownAlias):
-        return FailureNotice(str(exc), "Pick one of the configured aliases.")
-    if isinstance(exc, ConfigurationError):
-        # Its text may quote a setting's value (a mistyped SESSION_OPTIONS, say): not shown.
-        return FailureNotice(
-            f"The DYNLOCK setting of alias {alias!r} has errors.",
-            "Run `python manage.py check` to see them, and fix DYNLOCK.",
-        )
-    if isinstance(exc, TableNotFound):
-        return FailureNotice(str(exc), f"Create the table: `python manage.py createlocktable{switch}`.")
-    if isinstance(exc, CredentialsError):
-        return FailureNotice(
-            str(exc),
-            "Check the credentials this server runs with (DYNLOCK SESSION_OPTIONS, "
-            "AWS_* environment variables, profile or instance role).",
-        )
-    if getattr(exc, "code", None) == "AccessDeniedException":
-        return FailureNotice(str(exc), "Grant the IAM principal this server runs as those actions on the table.")
-    return FailureNotice(
-        str(exc),
-        "Check that DynamoDB is reachable from this server and that ENDPOINT_URL and "
-        "REGION_NAME are right: `python manage.py check --deploy --tag dynlock_table` "
-        "tests the connection.",
-    )
-
-
-# -- cursors ---------------------------------------------------------------------------
-def encode_cursor(last_key: dict[str, Any] | None, key_attribute: str) -> str | None:
-    """DynamoDB's LastEvaluatedKey as a URL-safe string: the stored key, base64url."""
-    if not last_key:
-        return None
-    stored = last_key[key_attribute]["S"]
-    return base64.urlsafe_b64encode(stored.encode()).decode().rstrip("=")
-
-
-def decode_cursor(cursor: str, key_attribute: str) -> dict[str, Any] | None:
-    """The ExclusiveStartKey of a cursor; ValueError if it is not one of ours."""
-    if not cursor:
-        return None
-    try:
-        stored = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4)).decode()
-    except (binascii.Error, UnicodeDecodeError, ValueError):
-        raise ValueError("invalid cursor") from None
-    if not stored:
-        raise ValueError("invalid cursor")
-    return {key_attribute: {"S": stored}}
-
-
-def _json_value(value: Any) -> str:
-    """A raw item's binary attribute (``B``, ``BS``) in the JSON shown: base64, as DynamoDB's JSON has it."""
-    if isinstance(value, (bytes, bytearray)):
-        return base64.b64encode(value).decode("ascii")
-    return repr(value)
-
-
-# -- rows ------------------------------------------------------------------------------
-@dataclass
-class Row:
-    """One lease as the templates show it (everything is escaped by the templates)."""
-
-    info: LeaseInfo
-    state: str
-    what: str
-    user: str
-    where: str
-    metadata: list[tuple[str, str]]
-    acquired_ago: str
-    expires: str
-    left: float  # seconds of lease left by our clock (0 once past)
-    left_percent: int
-    lease_seconds: str
-    detail_url: str = ""
-    break_url: str = ""
-
-    @property
-    def key(self) -> str:
-        return self.info.key
-
-    @property
-    def token(self) -> int | None:
-        return self.info.token
-
-    @property
-    def breakable(self) -> bool:
-        return self.info.is_breakable
-
-
-def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
-    state = fmt.state(info, now)
-    left = info.expires_in(now) if info.is_held else None
-    seconds = info.lease_seconds or 0.0
-    percent = 0
-    if left is not None and left > 0 and seconds > 0:
-        percent = max(0, min(100, round(100 * left / seconds)))
-    what_key = info.what_key()
-    return Row(
-        info=info,
-        state=state,
-        what=info.holder.get(what_key, "") if what_key else "",
-        user=info.holder.get(USER_KEY, ""),
-        where=info.where(),
-        metadata=fmt.metadata(info),
-        acquired_ago=fmt.ago(info.acquired_at, now),
-        expires=fmt.expires(info, now),
-        left=max(0.0, left or 0.0),
-        left_percent=percent,
-        lease_seconds=fmt.duration(seconds) if seconds else "-",
-    )
 
 
 @admin.register(Lease)
@@ -312,7 +185,7 @@ class LeaseAdmin(admin.ModelAdmin):
         self._require_view(request)
         if request.method == "POST":
             return self._action(request)
-        self._confirm_breaks(request)
+        confirm_breaks(request)
         query = request.GET.get("q", "")
         include_all = request.GET.get("all") == "1"
         cursor = request.GET.get("cursor", "")
@@ -341,7 +214,7 @@ class LeaseAdmin(admin.ModelAdmin):
             next_cursor = encode_cursor(last_key, client.options.key_attribute)
             now = client.server_datetime()  # lease times are DynamoDB's clock
         except DynLockError as exc:
-            error = problem(exc, alias)
+            error = failure_notice(exc, alias)
             infos = []
         if not include_all:
             live = [info for info in infos if fmt.state(info, now) != "expired"]
@@ -374,7 +247,7 @@ class LeaseAdmin(admin.ModelAdmin):
     # -- the detail page ---------------------------------------------------------------
     def detail_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         self._require_view(request)
-        self._confirm_breaks(request)
+        confirm_breaks(request)
         key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         row: Row | None = None
@@ -386,11 +259,11 @@ class LeaseAdmin(admin.ModelAdmin):
             info = client.get(key, include_released=True)
             now = client.server_datetime()
         except DynLockError as exc:
-            error, info = problem(exc, alias), None
+            error, info = failure_notice(exc, alias), None
         raw = ""
         if info is not None:
             row = self._rows([info], alias, now)[0]
-            raw = json.dumps(info.raw, indent=2, sort_keys=True, ensure_ascii=False, default=_json_value)
+            raw = raw_json(info)
         context = self._context(
             request,
             "Lease",
@@ -405,109 +278,11 @@ class LeaseAdmin(admin.ModelAdmin):
         return self._render(request, "detail.html", context)
 
     # -- breaking ----------------------------------------------------------------------
-    def _break(self, request: HttpRequest, client: LockClient, alias: str, key: str, token: int, reason: str) -> bool:
-        """Break ``key`` if it still has ``token``; on success log it (LogEntry). The client
-        sends ``lock_broken``. Raises BreakUnconfirmed, remembered in the session, when
-        the outcome is not known yet."""
-        by = f"admin:{request.user.get_username()}"
-        try:
-            broken = client.break_lease(key, token=token, reason=reason, by=by)
-        except BreakUnconfirmed as exc:
-            pending = request.session.get(UNCONFIRMED, [])
-            pending.append({"alias": alias, "key": key, "token": token, "mark": exc.mark, "reason": reason, "by": by})
-            request.session[UNCONFIRMED] = pending[-MAX_UNCONFIRMED:]
-            raise
-        if broken:
-            self._audit(request, alias, key, token, f"Broke the lease on {key!r}", reason)
-        return broken
-
-    @staticmethod
-    def _audit(request: HttpRequest, alias: str, key: str, token: int, what: str, reason: str) -> None:
-        where = f" (alias {alias})" if alias != conf.DEFAULT_ALIAS else ""
-        # Nothing here may fail after the break: no NUL or other control character
-        # (PostgreSQL refuses NUL in text), and the id links to this key in this alias.
-        LogEntry.objects.create(
-            user_id=request.user.pk,
-            content_type=ContentType.objects.get_for_model(Lease, for_concrete_model=False),
-            object_id=admin_ids.object_id(key, alias),
-            object_repr=Truncator(printable(key)).chars(200),
-            action_flag=CHANGE,
-            change_message=f"{what}{where}, token {token}. Reason: {printable(reason)}",
-        )
-
-    @staticmethod
-    def _unconfirmed(key: str, token: int) -> str:
-        return (
-            f"The lease on {key!r} (token {token}) may have been broken: DynamoDB's replies were lost. "
-            "Reload the page to see; the break goes to the admin log once it is confirmed."
-        )
-
-    def _confirm_breaks(self, request: HttpRequest) -> None:
-        """Settle the breaks of this session whose outcome was not known: audit those that
-        landed, say which did not, keep those DynamoDB still cannot tell."""
-        pending = request.session.get(UNCONFIRMED) if hasattr(request, "session") else None
-        if not pending:
-            return
-        kept = []
-        for entry in pending:
-            alias, key, token, reason = entry["alias"], entry["key"], entry["token"], entry["reason"]
-            if alias not in conf.aliases():
-                continue
-            try:
-                landed = get_lock_client(alias).confirm_break(
-                    key, token=token, mark=entry["mark"], reason=reason, by=entry["by"]
-                )
-            except DynLockError:
-                kept.append(entry)
-                continue
-            if landed:
-                self._audit(request, alias, key, token, f"Broke the lease on {key!r}", reason)
-                messages.success(request, f"Confirmed: the lease on {key!r} (token {token}) was broken.")
-            elif landed is False:
-                messages.info(
-                    request,
-                    f"The lease on {key!r} (token {token}) was not broken: it is still held. "
-                    "Break it again if you still want to.",
-                )
-            else:
-                self._audit(
-                    request,
-                    alias,
-                    key,
-                    token,
-                    f"May have broken the lease on {key!r} (its replies were lost, and the lease has ended since)",
-                    reason,
-                )
-                messages.warning(
-                    request,
-                    f"The lease on {key!r} (token {token}) has ended, but whether your break "
-                    "ended it cannot be told: it changed hands since. Recorded in the admin log "
-                    "as a possible break.",
-                )
-        request.session[UNCONFIRMED] = kept
-
-    @staticmethod
-    def _reason(request: HttpRequest) -> tuple[str, str | None]:
-        reason = " ".join(request.POST.get("reason", "").split())
-        if not reason:
-            return reason, "Give a reason: it is recorded with the lease, in the admin log and sent with lock_broken."
-        if len(reason) > MAX_REASON:
-            return reason, f"The reason is too long: at most {MAX_REASON} characters."
-        return reason, None
-
-    @staticmethod
-    def _token(value: str | None) -> int | None:
-        try:
-            token = int((value or "").strip())
-        except ValueError:
-            return None
-        return token if token >= 0 else None
-
     def break_view(self, request: HttpRequest, object_id: str) -> HttpResponse:
         """GET: the confirmation page. POST (token, reason): break if the token still matches."""
         self._require_break(request)
         if request.method != "POST":
-            self._confirm_breaks(request)
+            confirm_breaks(request)
         key, named = admin_ids.parse(unquote(object_id))
         alias = conf.DEFAULT_ALIAS
         status = 200
@@ -522,32 +297,32 @@ class LeaseAdmin(admin.ModelAdmin):
             client = get_lock_client(alias)
             now = client.server_datetime()
             if request.method == "POST":
-                posted_token = self._token(request.POST.get("token"))
-                reason, reason_error = self._reason(request)
+                posted_token = parse_token(request.POST.get("token"))
+                reason, reason_error = posted_reason(request)
                 if posted_token is None:
                     form_errors.append("The form has no valid token: reload the lease and try again.")
                 if reason_error:
                     form_errors.append(reason_error)
                 if posted_token is not None and not form_errors:
                     try:
-                        if self._break(request, client, alias, key, posted_token, reason):
+                        if break_lease(request, client, alias, key, posted_token, reason):
                             messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
                             return HttpResponseRedirect(self._url("changelist", alias=alias))
                     except BreakUnconfirmed:
-                        messages.warning(request, self._unconfirmed(key, posted_token))
+                        messages.warning(request, unconfirmed_message(key, posted_token))
                         return HttpResponseRedirect(self.detail_url(key, alias))
                     status = 409
                 info = fmt.breakable(client, key)
                 if status == 409:
-                    messages.warning(request, self._not_broken(key, posted_token, info, now))
+                    messages.warning(request, not_broken_message(key, posted_token, info, now))
                 else:
                     status = 400
             else:
                 info = fmt.breakable(client, key)
         except UnknownAlias as exc:
-            error, status = problem(exc, alias), 400 if request.method == "POST" else 200
+            error, status = failure_notice(exc, alias), 400 if request.method == "POST" else 200
         except DynLockError as exc:
-            error = problem(exc, alias)
+            error = failure_notice(exc, alias)
             if request.method == "POST":
                 status = 503  # nothing was broken: DynamoDB could not be used
         context = self._context(
@@ -564,15 +339,6 @@ class LeaseAdmin(admin.ModelAdmin):
             now=now,
         )
         return self._render(request, "break_confirmation.html", context, status=status)
-
-    @staticmethod
-    def _not_broken(key: str, token: int | None, info: LeaseInfo | None, now: dt.datetime) -> str:
-        if info is None:
-            return f"Not broken: the lease on {key!r} (token {token}) is not held any more."
-        return (
-            f"Not broken: the lease on {key!r} now has token {info.token} (held by {fmt.holder_text(info)}), "
-            f"not {token}. Look again and confirm if you still want to break it."
-        )
 
     def _action(self, request: HttpRequest) -> HttpResponse:
         """The changelist's POST: the ``break_leases`` action on the selected keys.
@@ -610,7 +376,7 @@ class LeaseAdmin(admin.ModelAdmin):
                 info = fmt.breakable(client, key)
                 items.append((key, self._rows([info], alias, now)[0] if info is not None else None))
         except DynLockError as exc:
-            error = problem(exc, alias)
+            error = failure_notice(exc, alias)
         return self._render_selected(
             request,
             alias,
@@ -629,8 +395,8 @@ class LeaseAdmin(admin.ModelAdmin):
 
     def _break_selected(self, request: HttpRequest, alias: str, back: str, now: dt.datetime) -> HttpResponse:
         keys = request.POST.getlist("key")
-        tokens = [self._token(t) for t in request.POST.getlist("token")]
-        reason, reason_error = self._reason(request)
+        tokens = [parse_token(t) for t in request.POST.getlist("token")]
+        reason, reason_error = posted_reason(request)
         form_errors = [reason_error] if reason_error else []
         if len(keys) != len(tokens) or not keys or None in tokens or len(keys) > MAX_SELECTED:
             form_errors.append("The form must post one token for each key: select the leases again.")
@@ -644,11 +410,11 @@ class LeaseAdmin(admin.ModelAdmin):
             client = get_lock_client(alias)
             for key, token in [(key, token) for key, token in pairs if token is not None]:  # all, once checked
                 try:
-                    if self._break(request, client, alias, key, token, reason):
+                    if break_lease(request, client, alias, key, token, reason):
                         broken.append(key)
                         continue
                 except BreakUnconfirmed:
-                    messages.warning(request, self._unconfirmed(key, token))
+                    messages.warning(request, unconfirmed_message(key, token))
                 else:
                     # No extra read to say who has it now: the list shows that.
                     messages.warning(
@@ -657,7 +423,7 @@ class LeaseAdmin(admin.ModelAdmin):
                         f"(released or taken over since it was shown).",
                     )
         except DynLockError as exc:
-            found = problem(exc, alias)
+            found = failure_notice(exc, alias)
             messages.error(request, f"{found.message} {found.hint}")
         if broken:
             count = len(broken)

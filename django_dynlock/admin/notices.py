@@ -1,0 +1,50 @@
+"""How a DynamoDB or settings failure is shown on the admin's pages: what happened and
+what to do about it, never a 500."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import conf
+from ..exceptions import ConfigurationError, CredentialsError, DynLockError, TableNotFound
+
+
+class UnknownAlias(DynLockError):
+    pass
+
+
+@dataclass
+class FailureNotice:
+    """A DynamoDB/settings failure, as shown on the page: what happened and what to do."""
+
+    message: str
+    hint: str
+
+
+def failure_notice(exc: DynLockError, alias: str) -> FailureNotice:
+    """What to tell an operator. Messages of the library never contain credentials."""
+    switch = f" --alias {alias}" if alias != conf.DEFAULT_ALIAS else ""
+    if isinstance(exc, UnknownAlias):
+        return FailureNotice(str(exc), "Pick one of the configured aliases.")
+    if isinstance(exc, ConfigurationError):
+        # Its text may quote a setting's value (a mistyped SESSION_OPTIONS, say): not shown.
+        return FailureNotice(
+            f"The DYNLOCK setting of alias {alias!r} has errors.",
+            "Run `python manage.py check` to see them, and fix DYNLOCK.",
+        )
+    if isinstance(exc, TableNotFound):
+        return FailureNotice(str(exc), f"Create the table: `python manage.py createlocktable{switch}`.")
+    if isinstance(exc, CredentialsError):
+        return FailureNotice(
+            str(exc),
+            "Check the credentials this server runs with (DYNLOCK SESSION_OPTIONS, "
+            "AWS_* environment variables, profile or instance role).",
+        )
+    if getattr(exc, "code", None) == "AccessDeniedException":
+        return FailureNotice(str(exc), "Grant the IAM principal this server runs as those actions on the table.")
+    return FailureNotice(
+        str(exc),
+        "Check that DynamoDB is reachable from this server and that ENDPOINT_URL and "
+        "REGION_NAME are right: `python manage.py check --deploy --tag dynlock_table` "
+        "tests the connection.",
+    )
