@@ -1,104 +1,34 @@
-"""The ``DYNLOCK`` setting: defaults, validation, and the cached per-alias options.
+"""The ``DYNLOCK`` setting: its aliases mapped onto ``ClientOptions``, and the cached
+per-alias options.
 
-Read lazily (never at import) and re-read when a test overrides the setting. Every
-problem found here has a system-check id; ``checks.py`` reports them at startup and
-``get_options()`` refuses to build a client from an alias that has errors.
+Each setting's name, default and rules are ``engine.options``' (``SETTINGS`` and the
+rule functions beside it); here each broken rule gets its system-check id and its
+message. Read lazily (never at import) and re-read when a test overrides the setting.
+``checks.py`` reports the problems at startup and ``get_options()`` refuses to build a
+client from an alias that has errors.
 """
 
 from __future__ import annotations
 
 import difflib
 import functools
-import inspect
-import math
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
-import boto3
 from botocore.config import Config
-from botocore.exceptions import InvalidRegionError
-from botocore.utils import validate_region_name
 from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
-from .engine import items
+from .engine import options as rules
 from .engine.keys import MAX_KEY_BYTES
-from .engine.options import TABLE_NAME_RE, ClientOptions, call_budget, merge_client_config
+from .engine.options import SETTINGS, ClientOptions, call_budget, merge_client_config
 from .exceptions import ConfigurationError
 
 DEFAULT_ALIAS = "default"
 
-DEFAULTS: dict[str, Any] = {
-    "TABLE_NAME": "django_dynlock",
-    "ENDPOINT_URL": None,
-    "REGION_NAME": None,
-    "KEY_PREFIX": "",
-    "LEASE_DURATION": 30.0,
-    "HEARTBEAT_PERIOD": 10.0,
-    "WAIT_TIMEOUT": 0.0,
-    "MAX_CLOCK_SKEW": None,
-    "RETENTION": 604800.0,
-    "CLIENT_CONFIG": {},
-    "SESSION_OPTIONS": {},
-    "SAFETY_MARGIN": 0.1,
-    "MIN_RETRY_DELAY": 0.01,
-    "MAX_RETRY_DELAY": 0.025,
-    "KEY_ATTRIBUTE": "key",
-    "TTL_ATTRIBUTE": "gc_at",
-}
-
-_NUMBER = (int, float)
-_TYPES: dict[str, tuple[tuple[type, ...], bool, str]] = {
-    # name: (accepted types, None allowed, how to say it)
-    "TABLE_NAME": ((str,), False, "a string"),
-    "ENDPOINT_URL": ((str,), True, "a URL string or None"),
-    "REGION_NAME": ((str,), True, "a region name string or None"),
-    "KEY_PREFIX": ((str,), False, "a string"),
-    "LEASE_DURATION": (_NUMBER, False, "a number of seconds"),
-    "HEARTBEAT_PERIOD": (_NUMBER, False, "a number of seconds"),
-    "WAIT_TIMEOUT": (_NUMBER, False, "a number of seconds"),
-    "MAX_CLOCK_SKEW": (_NUMBER, True, "a number of seconds or None"),
-    "RETENTION": (_NUMBER, False, "a number of seconds"),
-    "CLIENT_CONFIG": ((dict, Config), False, "a dict of botocore Config arguments or a botocore Config"),
-    "SESSION_OPTIONS": ((dict,), False, "a dict of boto3 Session arguments"),
-    "SAFETY_MARGIN": (_NUMBER, False, "a fraction of the lease"),
-    "MIN_RETRY_DELAY": (_NUMBER, False, "a number of seconds"),
-    "MAX_RETRY_DELAY": (_NUMBER, False, "a number of seconds"),
-    "KEY_ATTRIBUTE": ((str,), False, "an attribute name string"),
-    "TTL_ATTRIBUTE": ((str,), False, "an attribute name string"),
-}
-# (minimum, minimum allowed, maximum exclusive)
-_RANGES: dict[str, tuple[float, bool, float | None]] = {
-    "LEASE_DURATION": (0.0, False, None),
-    "HEARTBEAT_PERIOD": (0.0, False, None),
-    "WAIT_TIMEOUT": (0.0, True, None),
-    "MAX_CLOCK_SKEW": (0.0, True, None),
-    "RETENTION": (0.0, True, None),
-    "SAFETY_MARGIN": (0.0, True, 0.5),
-    "MIN_RETRY_DELAY": (0.0, False, None),
-    "MAX_RETRY_DELAY": (0.0, False, None),
-}
-_ITEM_ATTRIBUTES = {
-    items.OWNER,
-    items.RVN,
-    items.FENCE,
-    items.LEASE_MS,
-    items.EXPIRES_AT,
-    items.ACQUIRED_AT,
-    items.RELEASED_AT,
-    items.RELEASED_BY,
-    items.BREAK_REASON,
-    items.HOST,
-    items.PID,
-    items.THREAD,
-    items.HOLDER,
-    items.SEQ,
-    items.RESERVED_BY,
-    items.RING,
-    *(f"rel{slot}" for slot in range(items.RELEASE_SLOTS)),
-}
+#: Every setting of an alias and its default (from ``engine.options.SETTINGS``).
+DEFAULTS: dict[str, Any] = {setting.name: setting.default for setting in SETTINGS}
 
 
 @dataclass(frozen=True)
@@ -115,15 +45,11 @@ class SettingProblem:
 
 
 # Settings whose values may hold credentials: never echoed in a check or an error.
-SECRET_SETTINGS = frozenset({"SESSION_OPTIONS", "ENDPOINT_URL", "CLIENT_CONFIG"})
+SECRET_SETTINGS = frozenset(setting.name for setting in SETTINGS if setting.secret)
 
 
 def _where(alias: str, name: str | None = None) -> str:
     return f"DYNLOCK[{alias!r}][{name!r}]" if name else f"DYNLOCK[{alias!r}]"
-
-
-def _session_arguments() -> set[str]:
-    return set(inspect.signature(boto3.session.Session.__init__).parameters) - {"self"}
 
 
 def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
@@ -148,37 +74,33 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
             )
     values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
     typed_ok: dict[str, bool] = {}
-    for name, (types, nullable, said) in _TYPES.items():
-        value = values[name]
-        ok = (value is None and nullable) or (isinstance(value, types) and not isinstance(value, bool))
-        typed_ok[name] = ok
-        if not ok:
+    for setting in SETTINGS:
+        name, value = setting.name, values[setting.name]
+        typed_ok[name] = setting.has_type(value)
+        if not typed_ok[name]:
             # Only the type of a setting that may hold secrets (keys, a proxy's password):
             # checks are printed by every manage.py command.
-            got = type(value).__name__ if name in SECRET_SETTINGS else repr(value)
+            got = type(value).__name__ if setting.secret else repr(value)
             found.append(
                 SettingProblem(
-                    "dynlock.E005", f"{_where(alias, name)} must be {said}, got {got}.", f"Default: {DEFAULTS[name]!r}."
+                    "dynlock.E005",
+                    f"{_where(alias, name)} must be {setting.must_be}, got {got}.",
+                    f"Default: {setting.default!r}.",
                 )
             )
-    for name, (low, inclusive, high) in _RANGES.items():
-        value = values[name]
-        if not typed_ok[name] or value is None:
-            continue
-        bad = math.isnan(value) or math.isinf(value) or value < low or (value == low and not inclusive)
-        bad = bad or (high is not None and value >= high)
-        if bad:
-            bound = f"{'>=' if inclusive else '>'} {low:g}" + (f" and < {high:g}" if high is not None else "")
+    for setting in SETTINGS:
+        name, value = setting.name, values[setting.name]
+        if typed_ok[name] and value is not None and not setting.in_range(value):
             found.append(
                 SettingProblem(
                     "dynlock.E006",
-                    f"{_where(alias, name)} must be a finite number {bound}, got {value!r}.",
-                    f"Default: {DEFAULTS[name]!r}.",
+                    f"{_where(alias, name)} must be a finite number {setting.bounds}, got {value!r}.",
+                    f"Default: {setting.default!r}.",
                 )
             )
     numbers_ok = not any(p.id in ("dynlock.E005", "dynlock.E006") for p in found)
     lease, period = values["LEASE_DURATION"], values["HEARTBEAT_PERIOD"]
-    if numbers_ok and period * 3 > lease:
+    if numbers_ok and rules.heartbeat_too_slow(lease, period):
         found.append(
             SettingProblem(
                 "dynlock.E007",
@@ -187,7 +109,7 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
                 "a failed heartbeat or two.",
             )
         )
-    if typed_ok["TABLE_NAME"] and not TABLE_NAME_RE.match(values["TABLE_NAME"]):
+    if typed_ok["TABLE_NAME"] and not rules.valid_table_name(values["TABLE_NAME"]):
         found.append(
             SettingProblem(
                 "dynlock.E008",
@@ -208,36 +130,34 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
                 )
             )
     if typed_ok["SESSION_OPTIONS"]:
-        unknown = set(values["SESSION_OPTIONS"]) - _session_arguments()
-        pair = {"aws_access_key_id", "aws_secret_access_key"} & set(values["SESSION_OPTIONS"])
+        unknown = set(values["SESSION_OPTIONS"]) - rules.session_arguments()
+        half_pair = rules.half_key_pair(values["SESSION_OPTIONS"])
         if unknown:
             found.append(
                 SettingProblem(
                     "dynlock.E010",
                     f"{_where(alias, 'SESSION_OPTIONS')} has unknown boto3 Session arguments: {', '.join(sorted(map(str, unknown)))}.",
-                    f"Known: {', '.join(sorted(_session_arguments()))}.",
+                    f"Known: {', '.join(sorted(rules.session_arguments()))}.",
                 )
             )
-        elif len(pair) == 1:
+        elif half_pair:
             found.append(
                 SettingProblem(
                     "dynlock.E010",
-                    f"{_where(alias, 'SESSION_OPTIONS')} has {pair.pop()} without its other half.",
+                    f"{_where(alias, 'SESSION_OPTIONS')} has {half_pair[0]} without its other half.",
                     "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role).",
                 )
             )
     url = values["ENDPOINT_URL"]
-    if typed_ok["ENDPOINT_URL"] and url is not None:
-        parts = urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            found.append(
-                SettingProblem(
-                    "dynlock.E011",
-                    f"{_where(alias, 'ENDPOINT_URL')} must be an http(s) URL with a host, got a value of length {len(url)}.",
-                    "e.g. 'http://127.0.0.1:8001' for a local server, or None for AWS.",
-                )
+    if typed_ok["ENDPOINT_URL"] and url is not None and not rules.valid_endpoint(url):
+        found.append(
+            SettingProblem(
+                "dynlock.E011",
+                f"{_where(alias, 'ENDPOINT_URL')} must be an http(s) URL with a host, got a value of length {len(url)}.",
+                "e.g. 'http://127.0.0.1:8001' for a local server, or None for AWS.",
             )
-    if typed_ok["KEY_PREFIX"] and len(values["KEY_PREFIX"].encode()) >= MAX_KEY_BYTES:
+        )
+    if typed_ok["KEY_PREFIX"] and rules.prefix_leaves_no_room(values["KEY_PREFIX"]):
         found.append(
             SettingProblem(
                 "dynlock.E012",
@@ -245,7 +165,7 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
                 f"DynamoDB partition keys are at most {MAX_KEY_BYTES} bytes; use a short prefix.",
             )
         )
-    if numbers_ok and values["MIN_RETRY_DELAY"] > values["MAX_RETRY_DELAY"]:
+    if numbers_ok and rules.retry_delays_crossed(values["MIN_RETRY_DELAY"], values["MAX_RETRY_DELAY"]):
         found.append(
             SettingProblem(
                 "dynlock.E013",
@@ -255,27 +175,24 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
         )
     for name in ("KEY_ATTRIBUTE", "TTL_ATTRIBUTE"):
         value = values[name]
-        if typed_ok[name] and (not value or value in _ITEM_ATTRIBUTES):
+        if typed_ok[name] and rules.unusable_attribute(value):
             found.append(
                 SettingProblem(
                     "dynlock.E014",
                     f"{_where(alias, name)} {value!r} is empty or clashes with an attribute the lock item uses.",
-                    f"Reserved: {', '.join(sorted(_ITEM_ATTRIBUTES))}.",
+                    f"Reserved: {', '.join(sorted(rules.ITEM_ATTRIBUTES))}.",
                 )
             )
     region = values["REGION_NAME"]
-    if typed_ok["REGION_NAME"] and region is not None:
-        try:
-            validate_region_name(region)  # botocore's own rule, the one the client applies
-        except InvalidRegionError:
-            found.append(
-                SettingProblem(
-                    "dynlock.E015",
-                    f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
-                    "Use one such as 'eu-west-1', or None for the AWS environment's region.",
-                )
+    if typed_ok["REGION_NAME"] and region is not None and not rules.valid_region(region):
+        found.append(
+            SettingProblem(
+                "dynlock.E015",
+                f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
+                "Use one such as 'eu-west-1', or None for the AWS environment's region.",
             )
-    if region is None and values["ENDPOINT_URL"] is None:
+        )
+    if rules.region_left_to_hosts(region, values["ENDPOINT_URL"]):
         found.append(
             SettingProblem(
                 "dynlock.W003",
@@ -360,25 +277,15 @@ def get_options(alias: str = DEFAULT_ALIAS) -> ClientOptions:
     if errors:
         raise ConfigurationError("; ".join(f"{p.msg} {p.hint or ''} ({p.id})".replace("  ", " ") for p in errors))
     values = {**DEFAULTS, **raw[alias]}
-    return ClientOptions(
-        alias=alias,
-        table_name=values["TABLE_NAME"],
-        endpoint_url=values["ENDPOINT_URL"],
-        region_name=values["REGION_NAME"],
-        key_prefix=values["KEY_PREFIX"],
-        lease_duration=float(values["LEASE_DURATION"]),
-        heartbeat_period=float(values["HEARTBEAT_PERIOD"]),
-        wait_timeout=float(values["WAIT_TIMEOUT"]),
-        max_clock_skew=None if values["MAX_CLOCK_SKEW"] is None else float(values["MAX_CLOCK_SKEW"]),
-        retention=float(values["RETENTION"]),
-        safety_margin=float(values["SAFETY_MARGIN"]),
-        min_retry_delay=float(values["MIN_RETRY_DELAY"]),
-        max_retry_delay=float(values["MAX_RETRY_DELAY"]),
-        key_attribute=values["KEY_ATTRIBUTE"],
-        ttl_attribute=values["TTL_ATTRIBUTE"],
-        client_config=merge_client_config(values["CLIENT_CONFIG"]),
-        session_options=dict(values["SESSION_OPTIONS"]),
-    )
+    arguments: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value = values[setting.name]
+        if setting.minimum is not None and value is not None:
+            value = float(value)  # a number setting may be given as an int
+        arguments[setting.field] = value
+    arguments["client_config"] = merge_client_config(arguments["client_config"])
+    arguments["session_options"] = dict(arguments["session_options"])
+    return ClientOptions(alias=alias, **arguments)
 
 
 def clear_caches() -> None:

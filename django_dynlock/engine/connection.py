@@ -14,7 +14,7 @@ from typing import Any
 import boto3
 
 from ..exceptions import CredentialsError
-from .options import ClientOptions, without_botocore_retries
+from .options import ClientOptions, half_key_pair, without_botocore_retries
 
 _build_lock = threading.Lock()
 
@@ -30,11 +30,10 @@ if hasattr(os, "register_at_fork"):
 
 
 def build_boto_client(options: ClientOptions) -> Any:
-    keys = {"aws_access_key_id", "aws_secret_access_key"} & set(options.session_options)
-    if len(keys) == 1:
-        # boto3 would sign with half a key pair; AWS refuses that only later, obscurely.
-        missing = ({"aws_access_key_id", "aws_secret_access_key"} - keys).pop()
-        raise CredentialsError(f"SESSION_OPTIONS has {keys.pop()} but no {missing}: give both, or neither")
+    half_pair = half_key_pair(options.session_options)
+    if half_pair:
+        given, missing = half_pair
+        raise CredentialsError(f"SESSION_OPTIONS has {given} but no {missing}: give both, or neither")
     with _build_lock:
         session = boto3.session.Session(**options.session_options)
         return session.client(

@@ -1,21 +1,33 @@
-"""Validated, immutable options of one lock client.
+"""Validated, immutable options of one lock client, and the one statement of each
+option's name, default and rules.
 
-The Django side (``conf.py``) builds these from ``settings.DYNLOCK``; plain Python
-code can build them directly. Nothing here talks to the network.
+``SETTINGS`` lists every option: its ``ClientOptions`` field (the ``DYNLOCK`` setting
+is the same name in capitals), its default, what it must be and, for numbers, its
+range. The rules that involve more than one value, or that only a full check applies,
+are the functions below it. ``ClientOptions`` applies the rules a client cannot work
+without; the Django side (``conf.py``) applies them all to ``settings.DYNLOCK`` and
+reports each as a system check. Nothing here talks to the network.
 """
 
 from __future__ import annotations
 
+import inspect
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any
+from urllib.parse import urlsplit
 
+import boto3
 from botocore.config import Config
+from botocore.exceptions import InvalidRegionError
+from botocore.utils import validate_region_name
 
 from ..exceptions import InvalidArgument
+from . import items
 from .errors import safe_endpoint
-from .keys import validate_key
+from .keys import MAX_KEY_BYTES, validate_key
 
 # DynamoDB's own rule for table names.
 TABLE_NAME_RE = re.compile(r"^[A-Za-z0-9_.-]{3,255}$")
@@ -99,32 +111,201 @@ def call_budget(config: Config) -> float:
 
 
 @dataclass(frozen=True)
-class ClientOptions:
-    """Everything a :class:`~django_dynlock.engine.client.LockClient` needs to know."""
+class Setting:
+    """One option: its name, its default, and what its value must be."""
 
-    table_name: str = "django_dynlock"
-    endpoint_url: str | None = None
-    region_name: str | None = None
-    key_prefix: str = ""
-    lease_duration: float = 30.0
-    heartbeat_period: float = 10.0
-    wait_timeout: float = 0.0
+    field: str  # the ClientOptions field; the DYNLOCK setting is ``name``
+    default: Any  # as a setting gives it (CLIENT_CONFIG: botocore Config arguments)
+    must_be: str  # what the value must be, said to a person
+    types: tuple[type, ...]
+    nullable: bool = False
+    # Numbers: the least value (allowed itself or not), and the value to stay below.
+    minimum: float | None = None
+    minimum_allowed: bool = True
+    below: float | None = None
+    seconds: bool = False  # a duration, checked by check_seconds
+    secret: bool = False  # may hold credentials: its value is never echoed
+
+    @property
+    def name(self) -> str:
+        return self.field.upper()
+
+    def has_type(self, value: Any) -> bool:
+        return (value is None and self.nullable) or (isinstance(value, self.types) and not isinstance(value, bool))
+
+    def in_range(self, value: Any) -> bool:
+        """A number of the right type within the range (a setting without one: True)."""
+        if self.minimum is None:
+            return True
+        if math.isnan(value) or math.isinf(value) or value < self.minimum:
+            return False
+        if value == self.minimum and not self.minimum_allowed:
+            return False
+        return self.below is None or value < self.below
+
+    @property
+    def bounds(self) -> str:
+        """The range in words: ``> 0``, ``>= 0 and < 0.5``."""
+        said = f"{'>=' if self.minimum_allowed else '>'} {self.minimum:g}"
+        return said + (f" and < {self.below:g}" if self.below is not None else "")
+
+
+_NUMBER = (int, float)
+
+
+def _seconds(name: str, default: float | None, *, zero: bool = False, nullable: bool = False) -> Setting:
+    return Setting(
+        name,
+        default,
+        "a number of seconds or None" if nullable else "a number of seconds",
+        _NUMBER,
+        nullable=nullable,
+        minimum=0.0,
+        minimum_allowed=zero,
+        seconds=True,
+    )
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("table_name", "django_dynlock", "a string", (str,)),
+    Setting("endpoint_url", None, "a URL string or None", (str,), nullable=True, secret=True),
+    Setting("region_name", None, "a region name string or None", (str,), nullable=True),
+    Setting("key_prefix", "", "a string", (str,)),
+    _seconds("lease_duration", 30.0),
+    _seconds("heartbeat_period", 10.0),
+    _seconds("wait_timeout", 0.0, zero=True),
     # Retired: takeover follows DynamoDB's clock (see clock.py). Accepted and ignored,
     # so that existing settings keep working; the Django check dynlock.W002 says so.
-    max_clock_skew: float | None = None
-    retention: float = 604800.0
+    _seconds("max_clock_skew", None, zero=True, nullable=True),
+    _seconds("retention", 604800.0, zero=True),
+    Setting(
+        "client_config",
+        {},
+        "a dict of botocore Config arguments or a botocore Config",
+        (dict, Config),
+        secret=True,
+    ),
+    Setting("session_options", {}, "a dict of boto3 Session arguments", (dict,), secret=True),
     # The holder stops trusting its lease this fraction of a lease before the waiters
     # may take over: room for clock-rate drift and for the gap between a check and
     # the side effect it guards.
-    safety_margin: float = 0.1
-    min_retry_delay: float = 0.01
-    max_retry_delay: float = 0.025
-    key_attribute: str = "key"
-    ttl_attribute: str = "gc_at"
+    Setting("safety_margin", 0.1, "a fraction of the lease", _NUMBER, minimum=0.0, below=0.5),
+    _seconds("min_retry_delay", 0.01),
+    _seconds("max_retry_delay", 0.025),
+    Setting("key_attribute", "key", "an attribute name string", (str,)),
+    Setting("ttl_attribute", "gc_at", "an attribute name string", (str,)),
+)
+SETTING = {setting.field: setting for setting in SETTINGS}
+_DEFAULT = {setting.field: setting.default for setting in SETTINGS}
+
+# The attributes of the lock item: KEY_ATTRIBUTE and TTL_ATTRIBUTE must be none of them.
+ITEM_ATTRIBUTES = frozenset(
+    {
+        items.OWNER,
+        items.RVN,
+        items.FENCE,
+        items.LEASE_MS,
+        items.EXPIRES_AT,
+        items.ACQUIRED_AT,
+        items.RELEASED_AT,
+        items.RELEASED_BY,
+        items.BREAK_REASON,
+        items.HOST,
+        items.PID,
+        items.THREAD,
+        items.HOLDER,
+        items.SEQ,
+        items.RESERVED_BY,
+        items.RING,
+        *(f"rel{slot}" for slot in range(items.RELEASE_SLOTS)),
+    }
+)
+KEY_PAIR = ("aws_access_key_id", "aws_secret_access_key")
+
+
+# -- the rules over more than one value, or beyond a value's type and range -------------
+def valid_table_name(name: str) -> bool:
+    return bool(TABLE_NAME_RE.match(name or ""))
+
+
+def heartbeat_too_slow(lease_duration: float, heartbeat_period: float) -> bool:
+    """A lease must survive a failed heartbeat or two: a period of at most a third of it."""
+    return heartbeat_period * 3 > lease_duration
+
+
+def retry_delays_crossed(min_retry_delay: float, max_retry_delay: float) -> bool:
+    return min_retry_delay > max_retry_delay
+
+
+def session_arguments() -> set[str]:
+    """The arguments boto3's Session takes (SESSION_OPTIONS may give only these)."""
+    return set(inspect.signature(boto3.session.Session.__init__).parameters) - {"self"}
+
+
+def half_key_pair(session_options: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(the key given, the one missing) when only half an access key pair is given:
+    boto3 would sign with it, and AWS refuse that only later, obscurely."""
+    given = [name for name in KEY_PAIR if name in session_options]
+    if len(given) != 1:
+        return None
+    return given[0], next(name for name in KEY_PAIR if name != given[0])
+
+
+def valid_endpoint(url: str) -> bool:
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname)
+
+
+def prefix_leaves_no_room(key_prefix: str) -> bool:
+    return len(key_prefix.encode()) >= MAX_KEY_BYTES
+
+
+def unusable_attribute(name: str) -> bool:
+    """KEY_ATTRIBUTE and TTL_ATTRIBUTE: empty, or an attribute the lock item uses."""
+    return not name or name in ITEM_ATTRIBUTES
+
+
+def valid_region(region: str) -> bool:
+    try:
+        validate_region_name(region)  # botocore's own rule, the one the client applies
+    except InvalidRegionError:
+        return False
+    return True
+
+
+def region_left_to_hosts(region_name: str | None, endpoint_url: str | None) -> bool:
+    """Against AWS without a region, each host takes its own environment's: two hosts
+    that resolve different regions lock in different tables."""
+    return region_name is None and endpoint_url is None
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """Everything a :class:`~django_dynlock.engine.client.LockClient` needs to know."""
+
+    # Defaults and rules: SETTINGS above.
+    table_name: str = _DEFAULT["table_name"]
+    endpoint_url: str | None = _DEFAULT["endpoint_url"]
+    region_name: str | None = _DEFAULT["region_name"]
+    key_prefix: str = _DEFAULT["key_prefix"]
+    lease_duration: float = _DEFAULT["lease_duration"]
+    heartbeat_period: float = _DEFAULT["heartbeat_period"]
+    wait_timeout: float = _DEFAULT["wait_timeout"]
+    max_clock_skew: float | None = _DEFAULT["max_clock_skew"]  # retired: see SETTINGS
+    retention: float = _DEFAULT["retention"]
+    safety_margin: float = _DEFAULT["safety_margin"]
+    min_retry_delay: float = _DEFAULT["min_retry_delay"]
+    max_retry_delay: float = _DEFAULT["max_retry_delay"]
+    key_attribute: str = _DEFAULT["key_attribute"]
+    ttl_attribute: str = _DEFAULT["ttl_attribute"]
     alias: str = "default"
-    client_config: Config = field(default_factory=lambda: merge_client_config(None), repr=False, compare=False)
+    client_config: Config = field(
+        default_factory=lambda: merge_client_config(_DEFAULT["client_config"]), repr=False, compare=False
+    )
     # Holds credentials: never shown in repr, logs or errors.
-    session_options: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    session_options: dict[str, Any] = field(
+        default_factory=lambda: dict(_DEFAULT["session_options"]), repr=False, compare=False
+    )
 
     def __repr__(self) -> str:
         # Not the dataclass' own: ENDPOINT_URL may carry a proxy's user:password.
@@ -134,25 +315,30 @@ class ClientOptions:
         return f"ClientOptions({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def __post_init__(self) -> None:
-        if not TABLE_NAME_RE.match(self.table_name or ""):
+        # The rules a client cannot work without; conf.py checks a DYNLOCK alias for all.
+        if not valid_table_name(self.table_name):
             raise InvalidArgument(
                 f"table name {self.table_name!r} is invalid: DynamoDB needs 3-255 characters from A-Z a-z 0-9 _ . -"
             )
-        check_seconds("lease_duration", self.lease_duration)
-        check_seconds("heartbeat_period", self.heartbeat_period)
-        check_seconds("wait_timeout", self.wait_timeout, allow_zero=True)
-        check_seconds("max_clock_skew", self.max_clock_skew, allow_zero=True, allow_none=True)
-        check_seconds("retention", self.retention, allow_zero=True)
-        check_seconds("min_retry_delay", self.min_retry_delay)
-        check_seconds("max_retry_delay", self.max_retry_delay)
-        if self.heartbeat_period * 3 > self.lease_duration:
+        for setting in SETTINGS:
+            if setting.seconds:
+                check_seconds(
+                    setting.field,
+                    getattr(self, setting.field),
+                    allow_zero=setting.minimum_allowed,
+                    allow_none=setting.nullable,
+                )
+        if heartbeat_too_slow(self.lease_duration, self.heartbeat_period):
             raise InvalidArgument(
                 f"heartbeat_period ({self.heartbeat_period}s) must be at most a third of "
                 f"lease_duration ({self.lease_duration}s)"
             )
-        if not 0 <= self.safety_margin < 0.5:
-            raise InvalidArgument(f"safety_margin must be a fraction in [0, 0.5), got {self.safety_margin!r}")
-        if self.min_retry_delay > self.max_retry_delay:
+        margin = SETTING["safety_margin"]
+        if not margin.in_range(self.safety_margin):
+            raise InvalidArgument(
+                f"safety_margin must be a fraction in [{margin.minimum:g}, {margin.below:g}), got {self.safety_margin!r}"
+            )
+        if retry_delays_crossed(self.min_retry_delay, self.max_retry_delay):
             raise InvalidArgument("min_retry_delay must not exceed max_retry_delay")
 
     @property
