@@ -16,6 +16,7 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, InvalidArgument
 from .errors import error_code, safe_endpoint
+from .options import ClientOptions
 
 if TYPE_CHECKING:
     from .client import LockClient
@@ -45,6 +46,35 @@ class TableStatus:
     def __str__(self) -> str:
         made = "created" if self.created else "exists"
         return f"table {self.name}: {made}, {self.status}, TTL {self.ttl_status} on {self.ttl_attribute or '-'}"
+
+
+def table_definition(
+    options: ClientOptions,
+    *,
+    billing_mode: str = "PAY_PER_REQUEST",
+    read_capacity: int | None = None,
+    write_capacity: int | None = None,
+) -> dict[str, Any]:
+    """The CreateTable parameters of the lock table: partition key only (``key_attribute``,
+    a string). Also valid for ``aws dynamodb create-table --cli-input-json``."""
+    params: dict[str, Any] = {
+        "TableName": options.table_name,
+        "KeySchema": [{"AttributeName": options.key_attribute, "KeyType": "HASH"}],
+        "AttributeDefinitions": [{"AttributeName": options.key_attribute, "AttributeType": "S"}],
+        "BillingMode": billing_mode,
+    }
+    if billing_mode == "PROVISIONED":
+        if not read_capacity or not write_capacity or read_capacity < 1 or write_capacity < 1:
+            raise InvalidArgument("PROVISIONED billing needs read_capacity and write_capacity of at least 1")
+        params["ProvisionedThroughput"] = {"ReadCapacityUnits": read_capacity, "WriteCapacityUnits": write_capacity}
+    elif billing_mode != "PAY_PER_REQUEST":
+        raise InvalidArgument(f"billing_mode must be PAY_PER_REQUEST or PROVISIONED, got {billing_mode!r}")
+    return params
+
+
+def ttl_specification(options: ClientOptions) -> dict[str, Any]:
+    """TTL on ``ttl_attribute``: UpdateTimeToLive's ``TimeToLiveSpecification`` (CloudFormation's too)."""
+    return {"Enabled": True, "AttributeName": options.ttl_attribute}
 
 
 def _key_problem(table: dict[str, Any], key_attribute: str) -> str | None:
@@ -97,19 +127,9 @@ def create_table(
     timeout: float,
 ) -> TableStatus:
     options = client.options
-    params: dict[str, Any] = {
-        "TableName": options.table_name,
-        "KeySchema": [{"AttributeName": options.key_attribute, "KeyType": "HASH"}],
-        "AttributeDefinitions": [{"AttributeName": options.key_attribute, "AttributeType": "S"}],
-        "BillingMode": billing_mode,
-    }
-    if billing_mode == "PROVISIONED":
-        if not read_capacity or not write_capacity or read_capacity < 1 or write_capacity < 1:
-            raise InvalidArgument("PROVISIONED billing needs read_capacity and write_capacity of at least 1")
-        params["ProvisionedThroughput"] = {"ReadCapacityUnits": read_capacity, "WriteCapacityUnits": write_capacity}
-    elif billing_mode != "PAY_PER_REQUEST":
-        raise InvalidArgument(f"billing_mode must be PAY_PER_REQUEST or PROVISIONED, got {billing_mode!r}")
-
+    params = table_definition(
+        options, billing_mode=billing_mode, read_capacity=read_capacity, write_capacity=write_capacity
+    )
     created = True
     try:
         client._send("create_table", params)
@@ -133,7 +153,7 @@ def create_table(
         try:
             client.boto.update_time_to_live(
                 TableName=options.table_name,
-                TimeToLiveSpecification={"Enabled": True, "AttributeName": options.ttl_attribute},
+                TimeToLiveSpecification=ttl_specification(options),
             )
         except ClientError as exc:
             if error_code(exc) not in UNKNOWN_OPERATION:

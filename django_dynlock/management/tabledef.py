@@ -1,9 +1,9 @@
 """The lock table as requests and as CloudFormation, for ``createlocktable --print``.
 
-Must describe the same table as ``engine.table.create_table``: partition key only
-(``KEY_ATTRIBUTE``, a string) and TTL on ``TTL_ATTRIBUTE``. The tests create a
-table from this output (API requests and a CloudFormation stack on moto) and run
-leases on it, so a drift between the two shows up there.
+Printed from the definition ``engine.table.create_table`` uses (``table_definition``
+and ``ttl_specification``): partition key only (``KEY_ATTRIBUTE``, a string) and TTL
+on ``TTL_ATTRIBUTE``. The tests also create a table from this output (API requests and
+a CloudFormation stack on moto) and run leases on it.
 """
 
 from __future__ import annotations
@@ -12,29 +12,12 @@ import json
 from typing import Any
 
 from ..engine.options import ClientOptions
-
-
-def create_table_request(
-    options: ClientOptions, billing_mode: str, read: int | None, write: int | None
-) -> dict[str, Any]:
-    """CreateTable parameters, also valid for ``aws dynamodb create-table --cli-input-json``."""
-    request: dict[str, Any] = {
-        "TableName": options.table_name,
-        "KeySchema": [{"AttributeName": options.key_attribute, "KeyType": "HASH"}],
-        "AttributeDefinitions": [{"AttributeName": options.key_attribute, "AttributeType": "S"}],
-        "BillingMode": billing_mode,
-    }
-    if billing_mode == "PROVISIONED":
-        request["ProvisionedThroughput"] = {"ReadCapacityUnits": read, "WriteCapacityUnits": write}
-    return request
+from ..engine.table import table_definition, ttl_specification
 
 
 def ttl_request(options: ClientOptions) -> dict[str, Any]:
     """UpdateTimeToLive parameters (``aws dynamodb update-time-to-live --cli-input-json``)."""
-    return {
-        "TableName": options.table_name,
-        "TimeToLiveSpecification": {"Enabled": True, "AttributeName": options.ttl_attribute},
-    }
+    return {"TableName": options.table_name, "TimeToLiveSpecification": ttl_specification(options)}
 
 
 def _q(value: str) -> str:
@@ -45,6 +28,8 @@ def _q(value: str) -> str:
 
 def cloudformation(options: ClientOptions, billing_mode: str, read: int | None, write: int | None) -> str:
     """A CloudFormation (YAML) ``Resources`` block with the table and its TTL."""
+    table = table_definition(options, billing_mode=billing_mode, read_capacity=read, write_capacity=write)
+    ttl = ttl_specification(options)
     lines = [
         "Resources:",
         "  DynLockTable:",
@@ -53,25 +38,25 @@ def cloudformation(options: ClientOptions, billing_mode: str, read: int | None, 
         "    DeletionPolicy: Retain",
         "    UpdateReplacePolicy: Retain",
         "    Properties:",
-        f"      TableName: {_q(options.table_name)}",
-        f"      BillingMode: {billing_mode}",
+        f"      TableName: {_q(table['TableName'])}",
+        f"      BillingMode: {table['BillingMode']}",
         "      AttributeDefinitions:",
-        f"        - AttributeName: {_q(options.key_attribute)}",
-        "          AttributeType: S",
-        "      KeySchema:",
-        f"        - AttributeName: {_q(options.key_attribute)}",
-        "          KeyType: HASH",
     ]
-    if billing_mode == "PROVISIONED":
+    for attribute in table["AttributeDefinitions"]:
         lines += [
-            "      ProvisionedThroughput:",
-            f"        ReadCapacityUnits: {read}",
-            f"        WriteCapacityUnits: {write}",
+            f"        - AttributeName: {_q(attribute['AttributeName'])}",
+            f"          AttributeType: {attribute['AttributeType']}",
         ]
+    lines.append("      KeySchema:")
+    for key in table["KeySchema"]:
+        lines += [f"        - AttributeName: {_q(key['AttributeName'])}", f"          KeyType: {key['KeyType']}"]
+    if "ProvisionedThroughput" in table:
+        lines.append("      ProvisionedThroughput:")
+        lines += [f"        {name}: {units}" for name, units in table["ProvisionedThroughput"].items()]
     lines += [
         "      TimeToLiveSpecification:",
-        f"        AttributeName: {_q(options.ttl_attribute)}",
-        "        Enabled: true",
+        f"        AttributeName: {_q(ttl['AttributeName'])}",
+        f"        Enabled: {'true' if ttl['Enabled'] else 'false'}",
     ]
     return "\n".join(lines)
 

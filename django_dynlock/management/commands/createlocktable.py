@@ -9,7 +9,7 @@ from django.core.management.base import CommandError, CommandParser
 
 from ...engine.client import LockClient
 from ...engine.errors import safe_endpoint
-from ...engine.table import TTL_UNSUPPORTED, TableStatus
+from ...engine.table import TTL_UNSUPPORTED, TableStatus, table_definition
 from ...exceptions import TableNotFound
 from .. import tabledef
 from ..base import EXIT_BACKEND, DynLockCommand, positive_int, positive_seconds, translated_errors, usage_error
@@ -101,7 +101,9 @@ class Command(DynLockCommand):
         self, client: LockClient, what: str, billing: str, read: int | None, write: int | None
     ) -> None:
         options = client.options
-        create = tabledef.as_json(tabledef.create_table_request(options, billing, read, write))
+        create = tabledef.as_json(
+            table_definition(options, billing_mode=billing, read_capacity=read, write_capacity=write)
+        )
         ttl = tabledef.as_json(tabledef.ttl_request(options))
         stack = tabledef.cloudformation(options, billing, read, write)
         if what == "create-table":
