@@ -487,7 +487,7 @@ def test_rejects_bad_arguments(moto: LocalServer, call: Callable[[FaultProxy], o
 def test_a_proxy_502_counts_as_possibly_applied_and_retryable() -> None:
     # A proxy in front of DynamoDB answers 502/504 when its upstream fails, possibly after
     # passing the request on: the engine must treat it like DynamoDB's own 5xx.
-    from django_dynlock.engine.errors import may_have_applied, translate
+    from django_dynlock.engine.failures import may_have_applied, translate
 
     with socket.socket() as spare:
         spare.bind(("127.0.0.1", 0))

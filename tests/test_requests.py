@@ -98,3 +98,26 @@ def test_a_break_with_a_token_breaks_only_that_lease():
     assert SHAPES["break with a token"]["ConditionExpression"].endswith(" AND #fence = :token")
     assert SHAPES["break with a token"]["ExpressionAttributeValues"][":token"] == it.num(7)
     assert SHAPES["break"]["ExpressionAttributeValues"][":why"] == {"S": "no reason given"}
+
+
+@pytest.mark.parametrize(
+    "prefix, key_prefix, include_released, filtered",
+    [("", "", True, False), ("job:", "", True, True), ("", "app/", True, True), ("", "", False, True)],
+)
+def test_a_scan_defines_and_uses_every_name_and_value(prefix, key_prefix, include_released, filtered):
+    options = ClientOptions(table_name="locks", region_name="us-east-1", key_prefix=key_prefix)
+    request = rq.scan(options, prefix, include_released=include_released, start={"key": {"S": "a"}}, limit=25)
+    assert request["ConsistentRead"] is True and request["Limit"] == 25
+    assert request["ExclusiveStartKey"] == {"key": {"S": "a"}}
+    assert ("FilterExpression" in request) is filtered
+    text = request.get("FilterExpression", "")
+    assert set(re.findall(r"#\w+", text)) == set(request.get("ExpressionAttributeNames", {}))
+    assert set(re.findall(r":\w+", text)) == set(request.get("ExpressionAttributeValues", {}))
+    if key_prefix or prefix:
+        assert request["ExpressionAttributeValues"][":prefix"] == {"S": key_prefix + prefix}
+
+
+def test_a_scan_without_a_limit_reads_whole_pages():
+    request = rq.scan(OPTIONS, limit=None, include_released=False)
+    assert "Limit" not in request and "ExclusiveStartKey" not in request
+    assert "attribute_exists(#owner) OR attribute_exists(#reserved_by)" in request["FilterExpression"]

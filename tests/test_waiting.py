@@ -9,7 +9,7 @@ import time
 import pytest
 
 from django_dynlock import LockNotAcquired
-from django_dynlock.engine import client as engine_client
+from django_dynlock.engine import waiting
 from django_dynlock.management import formatting
 from tests.helpers import count_calls
 from tests.servers import dummy_client
@@ -115,7 +115,7 @@ def test_a_starving_waiter_reserves_the_next_turn(dynlock):
         # The key changed hands but was never free: the waiter reserved the next turn
         # after STARVING_AFTER, the next handover was refused, and the release was its.
         assert refused, "the holders were never refused"
-        assert waited >= engine_client.STARVING_AFTER, waited
+        assert waited >= waiting.STARVING_AFTER, waited
         item = dummy_client(dynlock.server.endpoint_url).get_item(
             TableName=dynlock.options.table_name, Key={"key": {"S": "hot"}}, ConsistentRead=True
         )["Item"]
@@ -155,7 +155,7 @@ def test_the_reservation_of_a_dead_waiter_lapses_soon_after_the_release(dynlock)
         lease = newcomer.acquire("orphan", wait=8)
         took = time.monotonic() - started
         # 2 s after the release by DynamoDB's clock, plus what the two clients do not know of it.
-        assert took <= engine_client.RESERVATION_GRACE + 2.3, took
+        assert took <= waiting.RESERVATION_GRACE + 2.3, took
         assert lease.token > holder.token
         lease.release()
     finally:

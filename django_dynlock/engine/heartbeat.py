@@ -48,7 +48,7 @@ class Heartbeater:
         with self._cond:
             if self._stopping:
                 return
-            lease._heartbeat_due = due  # an earlier entry of the same lease is now stale
+            lease.upkeep.heartbeat_due = due  # an earlier entry of the same lease is now stale
             heapq.heappush(self._heap, (due, next(self._seq), lease))
             if self._thread is None or not self._thread.is_alive():
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
@@ -85,7 +85,7 @@ class Heartbeater:
                 now = time.monotonic()
                 if self._heap and self._heap[0][0] <= now:
                     due, _, lease = heapq.heappop(self._heap)
-                    if due == lease._heartbeat_due:
+                    if due == lease.upkeep.heartbeat_due:
                         return lease
                     continue
                 if not self._heap:

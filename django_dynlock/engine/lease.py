@@ -17,7 +17,7 @@ import threading
 import time
 from collections.abc import Iterator
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Self
 
 from ..exceptions import DynLockError, LockLost
 from .items import LeaseInfo
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger("django_dynlock")
 
-__all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState"]
+__all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "Upkeep"]
 
 
 class LeaseState(str, enum.Enum):  # noqa: UP042 (str(state) stays "LeaseState.HELD")
@@ -37,7 +37,35 @@ class LeaseState(str, enum.Enum):  # noqa: UP042 (str(state) stays "LeaseState.H
     RELEASED = "released"
 
 
-class Lease:
+class _ReleasedOnExit:
+    """``with handle:`` releases on exit, and never hides the protected code's own exception."""
+
+    def release(self) -> None:
+        """Release what this handle holds (each kind of handle says how)."""
+        raise NotImplementedError
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        release_quietly_if_failing(self, exc)
+
+
+def release_quietly_if_failing(handle: _ReleasedOnExit, exc: BaseException | None) -> None:
+    """Release on context exit without ever hiding the protected code's own exception."""
+    if exc is None:
+        handle.release()
+        return
+    try:
+        handle.release()
+    except DynLockError as release_error:
+        # The caller's exception is what they need to see; ours is logged beside it.
+        logger.warning("while handling %r, releasing %r also failed: %s", exc, handle, release_error)
+
+
+class Lease(_ReleasedOnExit):
     """A held lock on one key. Use as a context manager, or call :meth:`release`."""
 
     def __init__(
@@ -62,24 +90,13 @@ class Lease:
         self.holder = dict(holder or {})
         self.acquired_monotonic = sent_at
         self._lock = threading.Lock()
-        # Renewals of one lease are serialised, so the last one sent is the last applied
-        # and its send time bounds our validity.
-        self._renew_lock = threading.Lock()
         self._state = LeaseState.HELD
         self._lost: LockLost | None = None
-        # The sequence number of our last write to the item (see items.SEQ).
-        self._seq = seq
-        # A release that could not reach DynamoDB, retried by the heartbeat thread.
-        self._release_pending = False
-        self._release_since: float | None = None
-        self._release_tries = 0
-        # Whether the client has made sure no late write of ours holds the key (LockClient._disown).
-        self._disowned = False
-        # When the heartbeat thread is next due for this lease (older heap entries are stale).
-        self._heartbeat_due = 0.0
         self.lease_seconds = lease_seconds
         self._valid_until = 0.0
-        self._renewed(sent_at, lease_seconds, ends_at)
+        #: The lock client's side of this lease (not for holders): see :class:`Upkeep`.
+        self.upkeep = Upkeep(self, seq)
+        self.upkeep.renewed(sent_at, lease_seconds, ends_at)
 
     @property
     def client(self) -> LockClient:
@@ -87,24 +104,6 @@ class Lease:
         return self._client
 
     # -- local view, no network ------------------------------------------------
-    def _renewed(self, sent_at: float, lease_seconds: float, ends_at: float | None = None) -> bool:
-        """Record a successful write sent at ``sent_at``; True if the lease was at risk.
-
-        ``ends_at`` (monotonic) is when takers may start to take the key over, by what
-        the write stored and what we know of DynamoDB's clock; without it, a lease
-        after the send.
-        """
-        margin = lease_seconds * self._client.options.safety_margin
-        end = sent_at + lease_seconds if ends_at is None else min(ends_at, sent_at + lease_seconds)
-        with self._lock:
-            self.lease_seconds = lease_seconds
-            # Not max(): a shorter extend() shortens what waiters will wait for too.
-            self._valid_until = end - margin
-            if self._state is LeaseState.AT_RISK:
-                self._state = LeaseState.HELD
-                return True
-        return False
-
     @property
     def valid_until(self) -> float:
         """The monotonic time (``time.monotonic()``) at which this holder must stop."""
@@ -136,31 +135,6 @@ class Lease:
             raise LockLost(self.key, self.token, "released", "the lease was released")
         raise self._lost or LockLost(self.key, self.token, "expired", "no successful renewal within the lease")
 
-    # -- transitions, called by the client and its heartbeat thread -----------
-    def _mark_at_risk(self) -> bool:
-        with self._lock:
-            if self._state is LeaseState.HELD:
-                self._state = LeaseState.AT_RISK
-                return True
-        return False
-
-    def _mark_lost(self, reason: str, detail: str = "") -> bool:
-        with self._lock:
-            if self._state in (LeaseState.LOST, LeaseState.RELEASED):
-                return False
-            self._state = LeaseState.LOST
-            self._lost = LockLost(self.key, self.token, reason, detail)
-        return True
-
-    def _after_fork(self) -> None:
-        """In a forked child: new locks (a thread of the parent may have held the old ones at fork)."""
-        self._lock = threading.Lock()
-        self._renew_lock = threading.Lock()
-
-    def _mark_released(self) -> None:
-        with self._lock:
-            self._state = LeaseState.RELEASED
-
     @property
     def needs_renewal(self) -> bool:
         return self._state in (LeaseState.HELD, LeaseState.AT_RISK)
@@ -168,7 +142,7 @@ class Lease:
     @property
     def needs_heartbeat(self) -> bool:
         """Whether the heartbeat thread still has work for it: a renewal or a release retry."""
-        return self.needs_renewal or self._release_pending
+        return self.needs_renewal or self.upkeep.release_pending
 
     @property
     def lost_reason(self) -> str | None:
@@ -220,31 +194,89 @@ class Lease:
         """The table's current view of this key (one consistent read)."""
         return self._client.get(self.key)
 
-    def __enter__(self) -> Lease:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        release_quietly_if_failing(self, exc)
-
     def __repr__(self) -> str:
         return f"<Lease key={self.key!r} token={self.token} state={self.state.value} remaining={self.remaining():.2f}s>"
 
 
-def release_quietly_if_failing(handle: Lease | LeaseGroup, exc: BaseException | None) -> None:
-    """Release on context exit without ever hiding the protected code's own exception."""
-    if exc is None:
-        handle.release()
-        return
-    try:
-        handle.release()
-    except DynLockError as release_error:
-        # The caller's exception is what they need to see; ours is logged beside it.
-        logger.warning("while handling %r, releasing %r also failed: %s", exc, handle, release_error)
+class Upkeep:
+    """The lock client's side of one lease: its bookkeeping, and the state changes only
+    the client and its heartbeat thread make. Holders use :class:`Lease`'s methods."""
+
+    def __init__(self, lease: Lease, seq: int):
+        self.lease = lease
+        # The sequence number of our last write to the item (see items.SEQ).
+        self.seq = seq
+        # Renewals of one lease are serialised, so the last one sent is the last applied
+        # and its send time bounds our validity.
+        self.renew_lock = threading.Lock()
+        # A release that could not reach DynamoDB, retried by the heartbeat thread.
+        self.release_pending = False
+        self.release_since: float | None = None
+        self.release_tries = 0
+        # Whether the client has made sure no late write of ours holds the key (Holding._disown).
+        self.disowned = False
+        # When the heartbeat thread is next due for this lease (older heap entries are stale).
+        self.heartbeat_due = 0.0
+
+    @property
+    def state(self) -> LeaseState:
+        """The state as last set, before the clock is consulted (``Lease.state`` does that)."""
+        return self.lease._state
+
+    @property
+    def lost(self) -> LockLost | None:
+        """Why the lease was lost, as the error its holder gets."""
+        return self.lease._lost
+
+    def renewed(self, sent_at: float, lease_seconds: float, ends_at: float | None = None) -> bool:
+        """Record a successful write sent at ``sent_at``; True if the lease was at risk.
+
+        ``ends_at`` (monotonic) is when takers may start to take the key over, by what
+        the write stored and what we know of DynamoDB's clock; without it, a lease
+        after the send.
+        """
+        lease = self.lease
+        margin = lease_seconds * lease._client.options.safety_margin
+        end = sent_at + lease_seconds if ends_at is None else min(ends_at, sent_at + lease_seconds)
+        with lease._lock:
+            lease.lease_seconds = lease_seconds
+            # Not max(): a shorter extend() shortens what waiters will wait for too.
+            lease._valid_until = end - margin
+            if lease._state is LeaseState.AT_RISK:
+                lease._state = LeaseState.HELD
+                return True
+        return False
+
+    def mark_at_risk(self) -> bool:
+        lease = self.lease
+        with lease._lock:
+            if lease._state is LeaseState.HELD:
+                lease._state = LeaseState.AT_RISK
+                return True
+        return False
+
+    def mark_lost(self, reason: str, detail: str = "") -> bool:
+        """Lost from now on; False if it had ended already (lost or released)."""
+        lease = self.lease
+        with lease._lock:
+            if lease._state in (LeaseState.LOST, LeaseState.RELEASED):
+                return False
+            lease._state = LeaseState.LOST
+            lease._lost = LockLost(lease.key, lease.token, reason, detail)
+        return True
+
+    def mark_released(self) -> None:
+        lease = self.lease
+        with lease._lock:
+            lease._state = LeaseState.RELEASED
+
+    def after_fork(self) -> None:
+        """In a forked child: new locks (a thread of the parent may have held the old ones at fork)."""
+        self.lease._lock = threading.Lock()
+        self.renew_lock = threading.Lock()
 
 
-class LeaseGroup:
+class LeaseGroup(_ReleasedOnExit):
     """Several leases acquired together by ``acquire_many``; one handle releases all."""
 
     def __init__(self, client: LockClient, leases: list[Lease]):
@@ -296,14 +328,6 @@ class LeaseGroup:
                 first = first or error
         if first is not None:
             raise first
-
-    def __enter__(self) -> LeaseGroup:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        release_quietly_if_failing(self, exc)
 
     def __repr__(self) -> str:
         return f"<LeaseGroup {self.tokens}>"

@@ -26,7 +26,7 @@ from botocore.utils import validate_region_name
 
 from ..exceptions import InvalidArgument
 from . import items
-from .errors import safe_endpoint
+from .failures import safe_endpoint
 from .keys import MAX_KEY_BYTES, validate_key
 
 # DynamoDB's own rule for table names.

@@ -275,3 +275,37 @@ def break_(
             **values,
         },
     }
+
+
+def scan(
+    options: ClientOptions,
+    prefix: str = "",
+    *,
+    include_released: bool = False,
+    start: Mapping[str, Any] | None = None,
+    limit: int | None = 100,
+) -> Request:
+    """One page of a listing: keys under ``prefix``, held or reserved unless ``include_released``."""
+    full_prefix = options.key_prefix + prefix
+    filters: list[str] = []
+    attrs: dict[str, str] = {}
+    values: dict[str, Any] = {}
+    if full_prefix:
+        filters.append("begins_with(#k, :prefix)")
+        attrs["#k"] = options.key_attribute
+        values[":prefix"] = {"S": full_prefix}
+    if not include_released:
+        # Held keys, and free ones a waiter has reserved (breakable, shown as such).
+        filters.append("(attribute_exists(#owner) OR attribute_exists(#reserved_by))")
+        attrs.update(names(it.OWNER, it.RESERVED_BY))
+    params: dict[str, Any] = {"ConsistentRead": True}
+    if limit is not None:
+        params["Limit"] = limit
+    if filters:
+        params["FilterExpression"] = " AND ".join(filters)
+        params["ExpressionAttributeNames"] = attrs
+        if values:
+            params["ExpressionAttributeValues"] = values
+    if start:
+        params["ExclusiveStartKey"] = dict(start)
+    return params

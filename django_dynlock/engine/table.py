@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, InvalidArgument
-from .errors import error_code, safe_endpoint
+from .failures import error_code, safe_endpoint
 from .options import ClientOptions
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ def _key_problem(table: dict[str, Any], key_attribute: str) -> str | None:
 
 def _ttl(client: LockClient) -> tuple[str, str | None]:
     try:
-        reply = client._send("describe_time_to_live", {"TableName": client.options.table_name})
+        reply = client._store.send("describe_time_to_live", {"TableName": client.options.table_name})
     except ClientError as exc:
         if error_code(exc) in UNKNOWN_OPERATION:
             return TTL_UNSUPPORTED, None
@@ -103,7 +103,7 @@ def _ttl(client: LockClient) -> tuple[str, str | None]:
 
 
 def describe_table(client: LockClient) -> TableStatus:
-    table = client._send("describe_table", {"TableName": client.options.table_name})["Table"]
+    table = client._store.send("describe_table", {"TableName": client.options.table_name})["Table"]
     ttl_status, ttl_attribute = _ttl(client)
     return TableStatus(
         name=table["TableName"],
@@ -132,7 +132,7 @@ def create_table(
     )
     created = True
     try:
-        client._send("create_table", params)
+        client._store.send("create_table", params)
     except ClientError as exc:
         if error_code(exc) != "ResourceInUseException":
             raise

@@ -34,13 +34,14 @@ from unittest import mock
 
 from botocore.exceptions import ClientError
 
-from django_dynlock.engine import client as client_module
+from django_dynlock.engine import acquiring, base, breaking, holding, multikey, store, waiting
 from django_dynlock.engine import clock as clock_module
 from django_dynlock.engine import heartbeat as heartbeat_module
 from django_dynlock.engine import lease as lease_module
 from django_dynlock.engine.client import LockClient
-from django_dynlock.engine.lease import Lease, LeaseGroup
+from django_dynlock.engine.lease import Lease, LeaseGroup, Upkeep
 from django_dynlock.engine.options import ClientOptions
+from django_dynlock.engine.store import Store
 from django_dynlock.exceptions import DynLockError, LockLost, LockNotAcquired
 
 from .world import ENDPOINT, T0, Actor, Choices, Crashed, SimHeartbeater, VirtualTime, VirtualUUID, Wire, World
@@ -50,6 +51,9 @@ TAKEOVER_SLACK = 3.0  # the no-stuck-keys bound: a dead holder's key is free wit
 EPSILON = 1e-6
 
 _tables = itertools.count(1)
+
+# The modules the lock client is built from: their clocks, ids and jitter are the world's.
+CLIENT_MODULES = (base, holding, acquiring, multikey, breaking, store, waiting)
 
 
 class Violation(AssertionError):
@@ -214,47 +218,52 @@ class Ledger:
 def simulated(world: World, ledger: Ledger) -> Iterator[None]:
     """The engine's clocks, ids and jitter from the world; Lease transitions into the ledger."""
     vtime = VirtualTime(world)
-    init, renewed, mark_lost, mark_released = Lease.__init__, Lease._renewed, Lease._mark_lost, Lease._mark_released
+    init, renewed, mark_lost, mark_released = Lease.__init__, Upkeep.renewed, Upkeep.mark_lost, Upkeep.mark_released
 
     def hooked_init(self: Lease, *args: Any, **kwargs: Any) -> None:
         init(self, *args, **kwargs)
         ledger.created(self)
 
-    def hooked_renewed(self: Lease, *args: Any, **kwargs: Any) -> bool:
+    def hooked_renewed(self: Upkeep, *args: Any, **kwargs: Any) -> bool:
         result = renewed(self, *args, **kwargs)
-        ledger.renewed(self)
+        ledger.renewed(self.lease)
         return result
 
-    def hooked_lost(self: Lease, *args: Any, **kwargs: Any) -> bool:
+    def hooked_lost(self: Upkeep, *args: Any, **kwargs: Any) -> bool:
         result = mark_lost(self, *args, **kwargs)
-        ledger.ended(self)
+        ledger.ended(self.lease)
         return result
 
-    def hooked_released(self: Lease) -> None:
+    def hooked_released(self: Upkeep) -> None:
         mark_released(self)
-        ledger.ended(self)
+        ledger.ended(self.lease)
 
-    try_update = LockClient._try_update
+    try_update = Store.try_update
 
-    def hooked_try_update(self: LockClient, *args: Any, **params: Any) -> bool | None:
+    def hooked_try_update(self: Store, *args: Any, **params: Any) -> bool | None:
         done = try_update(self, *args, **params)
         if done is None:  # a best-effort write (an undo, a mark) could not reach the store
             ledger.excused.add(params["Key"]["key"]["S"] if "Key" in params else args[0])
         return done
 
     with contextlib.ExitStack() as stack:
-        for module in (client_module, lease_module, clock_module, heartbeat_module):
-            stack.enter_context(mock.patch.object(module, "time", vtime))
-        stack.enter_context(mock.patch.object(client_module, "uuid", VirtualUUID(world)))
-        stack.enter_context(mock.patch.object(client_module, "random", world.rng))
+        for module in (*CLIENT_MODULES, lease_module, clock_module, heartbeat_module):
+            if hasattr(module, "time"):
+                stack.enter_context(mock.patch.object(module, "time", vtime))
+        vuuid = VirtualUUID(world)
+        for module in CLIENT_MODULES:
+            if hasattr(module, "uuid"):
+                stack.enter_context(mock.patch.object(module, "uuid", vuuid))
+            if hasattr(module, "random"):
+                stack.enter_context(mock.patch.object(module, "random", world.rng))
         # Owner ids name the host and pid, and their hash picks a release slot: the same in every run.
         stack.enter_context(mock.patch("os.getpid", return_value=4242))
         stack.enter_context(mock.patch("socket.gethostname", return_value="explorer"))
         stack.enter_context(mock.patch.object(Lease, "__init__", hooked_init))
-        stack.enter_context(mock.patch.object(Lease, "_renewed", hooked_renewed))
-        stack.enter_context(mock.patch.object(Lease, "_mark_lost", hooked_lost))
-        stack.enter_context(mock.patch.object(Lease, "_mark_released", hooked_released))
-        stack.enter_context(mock.patch.object(LockClient, "_try_update", hooked_try_update))
+        stack.enter_context(mock.patch.object(Upkeep, "renewed", hooked_renewed))
+        stack.enter_context(mock.patch.object(Upkeep, "mark_lost", hooked_lost))
+        stack.enter_context(mock.patch.object(Upkeep, "mark_released", hooked_released))
+        stack.enter_context(mock.patch.object(Store, "try_update", hooked_try_update))
         yield
 
 
@@ -415,7 +424,7 @@ class Scenario:
         # A release that could not reach DynamoDB returns (it goes on in the background)
         # when the lease was still valid: only a break can have ended such a lease, and
         # that stays unreported (docs/protocol.md, known limits).
-        unconfirmed = any(lease._release_since is not None for lease in leases)
+        unconfirmed = any(lease.upkeep.release_since is not None for lease in leases)
         if why is not None and not unconfirmed:
             self.ledger.violate(f"release() of {actor.name}'s lease returned normally, but {why} (invariant 3)")
 
@@ -424,7 +433,7 @@ class Scenario:
         if not handles:
             return
         handle, leases = handles[pick % len(handles)]
-        if any(lease._renew_lock.locked() for lease in leases):
+        if any(lease.upkeep.renew_lock.locked() for lease in leases):
             return  # its heartbeat is renewing it right now, further up the stack
         try:
             handle.extend(new_lease)

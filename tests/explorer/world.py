@@ -373,13 +373,13 @@ class SimHeartbeater:
     def schedule(self, lease: Any, due: float) -> None:
         if self._stopped:
             return
-        lease._heartbeat_due = due
+        lease.upkeep.heartbeat_due = due
         self._world.at(self._actor.true(due), self._actor, lambda: self._fire(lease, due))
 
     def _fire(self, lease: Any, due: float) -> None:
-        if self._stopped or self._actor.crashed or lease._heartbeat_due != due:
+        if self._stopped or self._actor.crashed or lease.upkeep.heartbeat_due != due:
             return
-        if lease._renew_lock.locked():
+        if lease.upkeep.renew_lock.locked():
             # An extend() of this lease is in flight further up the stack: the real
             # heartbeat thread would block on the lock until it is done.
             self.schedule(lease, self._actor.mono(self._world.now) + 0.005)

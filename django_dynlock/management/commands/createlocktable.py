@@ -8,7 +8,7 @@ from typing import Any
 from django.core.management.base import CommandError, CommandParser
 
 from ...engine.client import LockClient
-from ...engine.errors import safe_endpoint
+from ...engine.failures import safe_endpoint
 from ...engine.table import TTL_UNSUPPORTED, TableStatus, table_definition
 from ...exceptions import TableNotFound
 from .. import tabledef

@@ -1,0 +1,377 @@
+"""Acquiring one key: the acquire loop, its writes and reads, and undoing an attempt that may have landed unseen.
+
+When to look again and when a write may take the key over is decided by the wait
+policy (waiting.py); the requests themselves are built in requests.py.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..exceptions import BackendError, DynLockError, LockNotAcquired
+from . import items as it
+from . import requests as rq
+from .holding import Holding
+from .lease import Lease
+from .waiting import Attempt
+
+logger = logging.getLogger("django_dynlock")
+
+# A client's first write, before any reply told it DynamoDB's clock, stamps the
+# expiry with this host's wall clock (see _restamp). A wall clock this far (seconds)
+# from DynamoDB's is worth a warning.
+CLOCK_WARNING = 1.0
+
+
+@dataclass(frozen=True)
+class Terms:
+    """What one acquire call asks for: until when (monotonic) to wait, for how long to
+    hold, and the holder's description to store."""
+
+    give_up_at: float
+    lease_seconds: float
+    holder: Mapping[str, Any] | None
+
+
+class Acquiring(Holding):
+    """Acquire one key, waiting as the wait policy says."""
+
+    def _acquire(
+        self,
+        key: str,
+        stored: str,
+        wait: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+        *,
+        single: bool,
+    ) -> Lease:
+        started = time.monotonic()
+        try:
+            if not self._keylocks.enter(stored, wait):
+                # Held (or being acquired) by another thread of this process: its lease
+                # is renewed like any holder's, so a lease is the same hint as a remote one's.
+                local = self._local_holder(stored)
+                raise LockNotAcquired(
+                    key,
+                    holder=local,
+                    retry_after=local.lease_seconds if local else None,
+                    waited=time.monotonic() - started,
+                )
+            try:
+                lease = self._acquire_remote(key, stored, Terms(started + wait, lease_seconds, holder), single=single)
+            except BaseException:
+                self._keylocks.leave(stored)
+                raise
+        except LockNotAcquired as busy:
+            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            raise
+        self._start_holding(lease, waited=time.monotonic() - started)
+        return lease
+
+    def _acquire_remote(
+        self,
+        key: str,
+        stored: str,
+        terms: Terms,
+        *,
+        single: bool,
+    ) -> Lease:
+        attempt = Attempt(owner=self._new_owner())
+        try:
+            lease = self._acquire_loop(key, stored, terms, attempt, single=single)
+        except BaseException:
+            # However we leave (busy, an error, SystemExit, a task's time limit): undo an
+            # attempt that may have landed unseen, and give up our reserved turn.
+            self._abandon(stored, attempt)
+            raise
+        self._waiting.remember(stored, None)
+        return lease
+
+    def _acquire_loop(
+        self,
+        key: str,
+        stored: str,
+        terms: Terms,
+        attempt: Attempt,
+        *,
+        single: bool,
+    ) -> Lease:
+        # A waiter writes only when its last look showed the key free, the holder's
+        # expiry past by DynamoDB's clock, or its rvn unchanged for a whole lease. In
+        # between it watches with consistent reads: a read costs a fifth of a write, is
+        # cheaper for the server to answer, and leaves the holder's own writes unqueued.
+        began = time.monotonic()
+        watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
+        last_item: dict[str, Any] | None = None
+        tries = 0
+        write = True
+        rechecked = False
+        stale = False
+        holders_seen: set[str] = set()
+        reserved_looks = 0
+        while True:
+            due = self._waiting.takeover_in(last_item, watch, time.monotonic())
+            if due is not None and due <= 0:
+                write = True
+            error: DynLockError | None = None
+            look: Callable[[], dict[str, Any] | None] | None
+            looked_at = time.monotonic()
+            clock_was_known = self.clock.known
+            if write:
+                attempt.seq += 1
+                takeover = watch.takeover_rvn(looked_at) if watch is not None else None
+                params, expires = self._acquire_request(stored, attempt, terms, takeover)
+                sent = time.monotonic()
+                try:
+                    reply = self._store.call(
+                        "update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params
+                    )
+                except ClientError as exc:
+                    # Where the server returns no item (dynalite) reading it costs a call:
+                    # try_acquire skips it, unless only a watch of the holder's record
+                    # version (kept between calls) can ever take the key over.
+                    failed = exc
+                    read = not single or not self.clock.known
+                    look = lambda: self._store.old_item(failed, stored, read=read)  # noqa: E731, B023 (called in this iteration)
+                except DynLockError as exc:
+                    attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
+                    if not getattr(exc, "retryable", False):
+                        raise
+                    error, look = exc, None  # try the write again: it recognises itself
+                else:
+                    token = int(reply["Attributes"][it.FENCE]["N"])
+                    lease = self._new_lease(key, stored, attempt, token, terms, sent, expires)
+                    kept, item_now = (True, None) if clock_was_known else self._restamp(lease, attempt, expires, sent)
+                    attempt.seq = lease.upkeep.seq  # a restamp is a write of this acquisition too
+                    if kept and lease.is_held:
+                        return lease
+                    if kept:
+                        # Ours, but the reply came too late to use: this thread did not run for
+                        # about a lease. Never hand out a lease that has already ended: write
+                        # again (it recognises itself and starts a fresh lease), once at once.
+                        attempt.ambiguous = True
+                        if not stale:
+                            stale = True
+                            continue
+                        error, look = (
+                            BackendError("acquired, but too late to use (was this thread starved?)", retryable=True),
+                            None,
+                        )
+                    else:
+                        look = lambda: item_now  # noqa: E731, B023 (taken while we restamped: busy; called in this iteration)
+            else:
+                look = lambda: self._store.get_item(stored)  # noqa: E731
+            if look is not None:
+                try:
+                    item = look()
+                except DynLockError as read_error:
+                    if not getattr(read_error, "retryable", False):
+                        raise
+                    error = read_error  # we only failed to look at the holder: keep waiting
+                else:
+                    if item is not None or not single or not self.clock.known:
+                        last_item = item
+                        watch = self._waiting.observe(watch, item, time.monotonic(), attempt.owner)
+                        self._waiting.remember(stored, watch)
+                        if item:
+                            # Every acquire, takeovers included, removes the reservation.
+                            attempt.reserved = item.get(it.RESERVED_BY, {}).get("S") == attempt.owner
+                        if (
+                            item
+                            and not attempt.reserved
+                            and self._waiting.starving(item, attempt.owner, holders_seen, began)
+                        ):
+                            attempt.reserved = True  # it may land even if we are interrupted: then give it back
+                            attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
+            now = time.monotonic()
+            if (
+                write
+                and not clock_was_known
+                and self.clock.known
+                and not rechecked
+                and error is None
+                and (last_item is None or self._waiting.expired(last_item, now))
+            ):
+                # Our first attempt could not ask for a takeover by DynamoDB's clock: we
+                # learnt that clock from its reply. One more attempt that can.
+                rechecked = True
+                continue
+            if single or now >= terms.give_up_at:
+                if error is not None:
+                    raise error
+                info = self._info(last_item)
+                raise LockNotAcquired(
+                    key, holder=info, retry_after=self._waiting.retry_after(info, last_item, watch), waited=now - began
+                )
+            free = watch is None and error is None
+            # An earlier attempt of ours, delayed in the network, may have landed after
+            # we gave up waiting for its reply: the key is ours, but only a write tells
+            # us the token (and gives it a fresh rvn, so our lease starts no earlier than
+            # anyone's watch of it). Without it we would wait a whole lease for ourselves.
+            ours = error is None and last_item is not None and last_item.get(it.OWNER, {}).get("S") == attempt.owner
+            if (free or ours) and not write:
+                write = True  # a read showed it free (or ours): take it at once
+                continue
+            # A failed write is tried again (it recognises itself if it was applied), and
+            # so is one that failed on a key that looked free (or ours) a moment later.
+            write = write and (error is not None or free or ours)
+            reserved_looks = reserved_looks + 1 if attempt.reserved else 0
+            if self._waiting.looks_by_writing(reserved_looks, self._store.returns_item_on_failure):
+                write = True
+            delay = self._waiting.poll_delay(
+                tries=tries,
+                reserved=attempt.reserved,
+                took=now - looked_at,
+                error=error,
+                item=last_item,
+                watch=watch,
+                now=now,
+                give_up_at=terms.give_up_at,
+            )
+            tries += 1
+            time.sleep(delay)
+
+    def _acquire_request(
+        self,
+        stored: str,
+        attempt: Attempt,
+        terms: Terms,
+        takeover_rvn: str | None,
+    ) -> tuple[dict[str, Any], float]:
+        """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
+        _ = self._store.boto  # built before the stamp is taken: building it takes a while the first time
+        at = time.monotonic()
+        stamp = self._stamp(at)
+        params = rq.acquire(
+            self.options,
+            stored,
+            owner=attempt.owner,
+            rvn=uuid.uuid4().hex,
+            seq=attempt.seq,
+            lease_seconds=terms.lease_seconds,
+            stamp=stamp,
+            now=self.clock.now(),
+            earliest=self.clock.earliest(at),
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            thread=threading.current_thread().name,
+            holder=terms.holder,
+            takeover_rvn=takeover_rvn,
+        )
+        return params, stamp + terms.lease_seconds
+
+    def _new_lease(
+        self,
+        key: str,
+        stored: str,
+        attempt: Attempt,
+        token: int,
+        terms: Terms,
+        sent: float,
+        expires: float,
+    ) -> Lease:
+        return Lease(
+            self._as_client,
+            key=key,
+            stored_key=stored,
+            owner=attempt.owner,
+            token=token,
+            lease_seconds=terms.lease_seconds,
+            sent_at=sent,
+            ends_at=self._holder_end(sent, terms.lease_seconds, expires),
+            seq=attempt.seq,
+            holder=dict(terms.holder or {}),
+        )
+
+    def _restamp(
+        self, lease: Lease, attempt: Attempt, expires: float, sent: float
+    ) -> tuple[bool, dict[str, Any] | None]:
+        """After a client's first acquire, stamped by this host's wall clock: rewrite the
+        expiry by DynamoDB's clock, now known from the reply, where the wall clock's stamp
+        would cost something.
+
+        Later than DynamoDB's clock could have stamped it, a crash now would hold the key
+        past the promised bound; leaving less than half the lease, the holder could not
+        trust its lease long enough (the reply bounds DynamoDB's clock only to about a
+        second, which on a short lease is most of it). A wall clock right to within the
+        reply's resolution, on a lease of a few seconds or more, costs nothing.
+
+        Returns (kept, item): kept is False when someone took the key meanwhile (a
+        clock far behind stored an expiry in the past); item is what we saw then.
+        """
+        latest = self.clock.latest(sent)
+        if latest is None:
+            return True, None
+        ahead = expires - (latest + lease.lease_seconds)
+        if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
+            return True, None
+        if abs(ahead) > CLOCK_WARNING:
+            logger.warning(
+                "this host's wall clock is about %+.0fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",
+                ahead,
+            )
+        try:
+            with lease.upkeep.renew_lock:
+                applied, item = self._renew_write(lease, lease.lease_seconds)
+        except DynLockError:
+            if lease.remaining() > 0:
+                return True, None  # valid, only late to expire or short: the next heartbeat restamps it
+            attempt.ambiguous = True  # it is ours, but expired: undo it
+            raise
+        return applied, item
+
+    def _reserve(self, stored: str, owner: str, holder: str) -> bool:
+        """Claim the next turn after ``holder``; whether the claim may have been written.
+
+        Waiters poll, so whoever asks first after a release gets the key: usually the
+        releaser itself, going round its loop. Go's sync.Mutex meets the same problem
+        with a starvation mode; ours is this reservation. Only the acquire condition
+        reads it, so it can delay others but never let two hold the key. It is
+        conditioned on the holder we saw, not just on someone holding: a claim delayed
+        in the network must not land under a later holder, after this acquisition has
+        ended, and leave a reservation nobody will use.
+        """
+        try:
+            self._store.call(
+                "update_item",
+                "reserve a busy lock",
+                attempts=1,
+                **rq.reserve(self.options, stored, owner=owner, holder=holder),
+            )
+        except ClientError:
+            return False  # released meanwhile, or someone else has the next turn
+        except DynLockError as exc:
+            return bool(getattr(exc, "ambiguous", False))
+        return True
+
+    def _abandon(self, stored: str, attempt: Attempt) -> None:
+        """Undo an acquire whose reply we never saw (it may have succeeded), and give up our reservation.
+
+        Best effort, and never raises. One try per write, and none after one that cannot
+        reach DynamoDB: ``wait`` stays a bound (plus a request timeout or two) in an
+        outage. A write left undone leaves the key to be taken over once its expiry
+        passes, as from a dead holder.
+        """
+        if (
+            attempt.reserved
+            and self._store.try_update(
+                "give up a reservation",
+                attempts=1,
+                **rq.give_up_reservation(self.options, stored, owner=attempt.owner),
+            )
+            is None
+        ):
+            return
+        if attempt.ambiguous:
+            self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:", attempts=1)

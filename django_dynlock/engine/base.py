@@ -1,0 +1,184 @@
+"""What every part of the lock client shares: its options, its process state, its events.
+
+``LockClient`` (client.py) is built in layers, one module per role: this base;
+``holding.py`` (renewals and releases); ``acquiring.py`` (one key); ``multikey.py``
+(all or none of several keys); ``breaking.py`` (operators' breaks). Requests are
+built in ``requests.py`` and sent by ``store.py``; ``waiting.py`` decides when a
+waiter looks again.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+import weakref
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, cast
+
+from ..exceptions import ClientClosed
+from .clock import DRIFT, ServerClock
+from .failures import safe_endpoint
+from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
+from .items import LeaseInfo
+from .keylocks import KeyLocks
+from .lease import Lease
+from .options import ClientOptions, check_seconds
+from .store import Store
+from .waiting import WaitPolicy
+
+if TYPE_CHECKING:
+    from .client import LockClient
+
+logger = logging.getLogger("django_dynlock")
+
+Listener = Callable[..., None]
+
+# Every client alive in this process, to reset after fork (see the end of client.py).
+live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
+
+
+class ClientBase:
+    """The state and the helpers every role of the client uses. Not used on its own."""
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        boto_client: Any = None,
+        listeners: Iterable[Listener] = (),
+    ):
+        self.options = options
+        self._listeners = list(listeners)
+        self._closed = False
+        # DynamoDB's clock as this client can bound it; see clock.py.
+        self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
+        self._store = Store(options, self.clock, boto_client=boto_client, check_open=self._check_open)
+        self._init_process_state()
+        live_clients.add(self)  # type: ignore[arg-type]
+
+    def _init_process_state(self) -> None:
+        self._pid = os.getpid()
+        self.client_id = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._lock = threading.Lock()
+        self._keylocks = KeyLocks()
+        self._held: set[Lease] = set()
+        self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
+        self._store = self._store.fresh_copy(self.clock)  # and a parent's boto3 client is not the child's
+        self._waiting = WaitPolicy(self.options, self.clock)
+        self._heartbeater = Heartbeater(self._heartbeat, name=THREAD_NAME_PREFIX + self.options.alias)
+
+    def _after_fork(self) -> None:
+        # A child shares none of its parent's leases: the parent keeps renewing them,
+        # and the child must neither renew nor release them. Only the forking thread
+        # exists in the child: a lock another thread held at fork stays held for ever,
+        # so the child's copies get fresh ones before anything takes them.
+        for lease in list(self._held):
+            lease.upkeep.after_fork()
+            lease.upkeep.mark_lost("fork", "a forked child does not own its parent's leases")
+        self._init_process_state()
+
+    @property
+    def _as_client(self) -> LockClient:
+        """This object as its users know it: leases keep it as their ``client``."""
+        return cast("LockClient", self)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"{self!r} is closed: get a new one with get_lock_client()")
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def _emit(self, event: str, lease: Lease | None = None, **info: Any) -> None:
+        if lease is not None:
+            info = {"lease": lease, "key": lease.key, "token": lease.token, "holder": lease.holder, **info}
+        for listener in self._listeners:
+            try:
+                listener(event, client=self, **info)
+            except Exception:
+                logger.exception("dynlock listener %r failed on %s", listener, event)
+
+    def _info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+        if not item:
+            return None
+        return LeaseInfo.from_item(item, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix)
+
+    def _new_owner(self) -> str:
+        return f"{self.client_id}:{uuid.uuid4().hex[:12]}"
+
+    def _lease_seconds(self, lease: float | None) -> float:
+        value = self.options.lease_duration if lease is None else lease
+        return check_seconds("lease", value)  # type: ignore[return-value]
+
+    def _wait_seconds(self, wait: float | None) -> float:
+        value = self.options.wait_timeout if wait is None else wait
+        return check_seconds("wait", value, allow_zero=True)  # type: ignore[return-value]
+
+    def _period(self, lease_seconds: float) -> float:
+        return min(self.options.heartbeat_period, lease_seconds / 3.0)
+
+    def _local_holder(self, stored: str) -> LeaseInfo | None:
+        for lease in list(self._held):
+            if lease.stored_key == stored:
+                return LeaseInfo(
+                    key=lease.key,
+                    stored_key=stored,
+                    token=lease.token,
+                    owner=lease.owner,
+                    rvn=None,
+                    lease_seconds=lease.lease_seconds,
+                    expires_at=None,
+                    acquired_at=None,
+                    host=socket.gethostname(),
+                    pid=os.getpid(),
+                    holder={k: str(v) for k, v in lease.holder.items()},
+                )
+        return None
+
+    def _start_holding(self, lease: Lease, *, waited: float) -> None:
+        with self._lock:
+            self._held.add(lease)
+        self._heartbeater.add(lease, self._first_heartbeat(lease))
+        self._emit("acquired", lease, waited=waited)
+
+    def _first_heartbeat(self, lease: Lease) -> float:
+        # The first renewal comes early if the first write left a short validity.
+        return min(self._period(lease.lease_seconds), max(lease.remaining() / 2, self.options.min_retry_delay))
+
+    def _stop_holding(self, lease: Lease) -> None:
+        with self._lock:
+            if lease not in self._held:
+                return
+            self._held.discard(lease)
+        self._keylocks.leave(lease.stored_key)
+        self._heartbeater.discard(lease)
+
+    def _stamp(self, at: float) -> float:
+        """The time a write sent at monotonic ``at`` stamps into the item.
+
+        The latest DynamoDB's clock can read then, so that no stored expiry comes
+        earlier than its holder expects; this host's wall clock only for a client's
+        very first request, before any reply (see _restamp).
+        """
+        latest = self.clock.latest(at)
+        return latest if latest is not None else time.time()
+
+    def _holder_end(self, sent: float, lease_seconds: float, expires: float) -> float:
+        """Until when (monotonic) a write sent at ``sent`` that stored ``expires`` may be trusted, before the margin.
+
+        Never past a lease after the send, and never past the moment DynamoDB's clock
+        could reach the stored expiry, which is when takers may take the key.
+        """
+        end = sent + lease_seconds
+        now = time.monotonic()
+        latest = self.clock.latest(now)
+        if latest is not None:
+            end = min(end, now + (expires - latest) / (1.0 + DRIFT))
+        return end
+
+    def _heartbeat(self, lease: Lease) -> float | None:
+        """Renew one lease for the heartbeat thread; return the delay to the next renewal (holding.py)."""
+        raise NotImplementedError

@@ -1,0 +1,285 @@
+"""Holding a lease: renewals, their failures, releases, and making sure a lost lease leaves no late write."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import time
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..exceptions import DynLockError, LockLost
+from . import items as it
+from . import requests as rq
+from .base import ClientBase
+from .lease import Lease, LeaseState
+from .options import check_seconds
+from .text import printable
+
+logger = logging.getLogger("django_dynlock")
+
+# How long a release that cannot reach DynamoDB is retried in the background (seconds).
+RELEASE_RETRY_FOR = 600.0
+
+
+class Holding(ClientBase):
+    """Renew, extend and release held leases; notice and report their loss."""
+
+    def _renew_write(self, lease: Lease, lease_seconds: float) -> tuple[bool, dict[str, Any] | None]:
+        """One renewal write: (True, None) when applied, else (False, the item that shows it is not ours).
+
+        Raises DynLockError when DynamoDB cannot be reached. The caller holds
+        ``lease.upkeep.renew_lock``: renewals of one lease go out one at a time.
+        """
+        seq = lease.upkeep.seq = lease.upkeep.seq + 1
+        sent = time.monotonic()
+        stamp = self._stamp(sent)
+        expires = stamp + lease_seconds
+        try:
+            request = rq.renew(
+                self.options,
+                lease.stored_key,
+                owner=lease.owner,
+                rvn=uuid.uuid4().hex,
+                seq=seq,
+                lease_seconds=lease_seconds,
+                stamp=stamp,
+            )
+            self._store.call("update_item", "renew a lease", **request)
+        except ClientError as exc:
+            item = self._store.old_item(exc, lease.stored_key)
+            # Still ours with this write's number (or a later one): an earlier try of this
+            # same write was applied and its reply lost.
+            if not (item and item.get(it.OWNER, {}).get("S") == lease.owner and (it.number(item, it.SEQ) or 0) >= seq):
+                return False, item
+        if lease.upkeep.renewed(sent, lease_seconds, self._holder_end(sent, lease_seconds, expires)):
+            self._emit("recovered", lease)
+        return True, None
+
+    def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
+        """One renewal; raises LockLost if the lease is gone, DynLockError on failure."""
+        applied, item = self._renew_write(lease, lease_seconds)
+        if not applied:
+            reason, detail = self._why_not_ours(lease, item)
+            self._lose(lease, reason, detail)
+            raise lease.upkeep.lost or LockLost(lease.key, lease.token, reason, detail)
+
+    def _lose(self, lease: Lease, reason: str, detail: str) -> None:
+        """Mark a lease lost, free its in-process key lock and tell the listeners (once)."""
+        if lease.upkeep.mark_lost(reason, detail):
+            logger.warning("%r lost: %s", lease, lease.upkeep.lost)
+            self._stop_holding(lease)
+            self._emit("lost", lease, reason=reason)
+            if reason in ("taken", "broken", "released"):  # the item shows it is not ours
+                self._disown(lease)
+
+    def _why_not_ours(self, lease: Lease, item: Mapping[str, Any] | None) -> tuple[str, str]:
+        info = self._info(item)
+        if info is None:
+            return "taken", "the lock item is gone"
+        if info.owner is None and info.was_broken:
+            return "broken", printable(
+                f"broken by {(info.released_by or '')[len(it.BREAK_PREFIX) :]}: {info.break_reason or 'no reason given'}"
+            )
+        if info.owner is None:
+            return "released", "the lease was released"
+        return "taken", printable(f"now held by {info.describe()} with token {info.token}")
+
+    def _extend(self, lease: Lease, lease_seconds: float | None) -> None:
+        self._check_open()
+        new = self._lease_seconds(lease_seconds if lease_seconds is not None else lease.lease_seconds)
+        lease.raise_if_lost()
+        with lease.upkeep.renew_lock:
+            self._renew_once(lease, new)
+        # The next renewal follows the new lease's period, not the old one's.
+        self._heartbeater.add(lease, self._period(new))
+
+    def _keep_for(self, lease: Lease, seconds: float) -> None:
+        self._check_open()
+        seconds = check_seconds("seconds", seconds)  # type: ignore[assignment]
+        lease.raise_if_lost()
+        with lease.upkeep.renew_lock:
+            self._renew_once(lease, seconds)
+        # From here on nobody renews or releases it: the lease simply runs out, and any
+        # acquire takes the key once its expiry has passed by DynamoDB's clock.
+        lease.upkeep.mark_released()
+        self._stop_holding(lease)
+        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+
+    def _heartbeat(self, lease: Lease) -> float | None:
+        """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
+        if lease.upkeep.release_pending:
+            lease.upkeep.release_pending = False
+            self._release_remote(lease, quiet=True)  # schedules itself again if it fails again
+            return None
+        if not lease.needs_renewal or self._closed:
+            return None
+        period = self._period(lease.lease_seconds)
+        if time.monotonic() >= lease.valid_until:
+            self._lose(lease, "expired", "no successful renewal within the lease (DynamoDB unreachable?)")
+            return None
+        try:
+            with lease.upkeep.renew_lock:
+                self._renew_once(lease, lease.lease_seconds)
+        except LockLost:
+            return None
+        except DynLockError as exc:
+            if lease.upkeep.mark_at_risk():
+                logger.warning("renewing %r failed, lease at risk: %s", lease, exc)
+                self._emit("at_risk", lease, error=exc)
+            # Retry well before the lease runs out; the loop marks it lost at its end.
+            return self._retry_delay(lease)
+        return period * random.uniform(0.85, 1.0)
+
+    def _retry_delay(self, lease: Lease) -> float:
+        left = max(0.0, lease.valid_until - time.monotonic())
+        return max(self.options.min_retry_delay, min(self._period(lease.lease_seconds) / 3, left / 3))
+
+    def _release(self, lease: Lease) -> None:
+        if os.getpid() != self._pid:
+            self._check_open()
+        if lease.upkeep.state is LeaseState.RELEASED:
+            raise LockLost(lease.key, lease.token, "released", "release() was already called")
+        try:
+            if lease.upkeep.state is LeaseState.LOST and lease.lost_reason != "expired":
+                raise lease.upkeep.lost or LockLost(lease.key, lease.token, "taken")
+            if self._closed:
+                raise LockLost(lease.key, lease.token, "expired", "the lock client was closed before release")
+            # Ran out before release: free the key if nobody took it, and say so all the same.
+            expired = not lease.is_held
+            self._release_remote(lease, quiet=False)
+            if expired:
+                self._lose(
+                    lease, "expired", "the lease ran out before release(): the work may have overlapped another holder"
+                )
+                raise lease.upkeep.lost or LockLost(lease.key, lease.token, "expired")
+        finally:
+            lease.upkeep.mark_released()
+            self._stop_holding(lease)
+        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+
+    def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
+        """The release write. On success the item keeps its fence and loses its owner.
+
+        ``quiet`` (a retry in the background): never raises, and stops once the item
+        shows the key is no longer ours.
+        """
+        try:
+            self._store.call(
+                "update_item",
+                "release a lock",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **self._release_request(lease.stored_key, lease.owner, lease.token),
+            )
+        except ClientError as exc:
+            try:
+                item = self._store.old_item(exc, lease.stored_key)
+            except DynLockError as read_error:
+                # Our release may well have been applied (its reply lost); we cannot tell
+                # now. Trying it again will: it recognises its own earlier success.
+                if not quiet:
+                    logger.warning(
+                        "could not confirm the release of %r, retrying in the background: %s", lease, read_error
+                    )
+                self._release_later(lease)
+                return
+            if self._released_by_us(lease, item):
+                return
+            if quiet:
+                self._disown(lease)  # taken or broken meanwhile
+                return
+            reason, detail = self._why_not_ours(lease, item)
+            self._lose(lease, reason, detail)
+            raise lease.upkeep.lost or LockLost(lease.key, lease.token, reason, detail) from None
+        except DynLockError as exc:
+            if not quiet:
+                # The work ran under a valid lease; only freeing it early failed.
+                logger.warning("could not release %r, retrying in the background: %s", lease, exc)
+            self._release_later(lease)
+
+    @staticmethod
+    def _released_by_us(lease: Lease, item: Mapping[str, Any] | None) -> bool:
+        """Whether a release whose condition failed had an earlier try of its own applied.
+
+        That try, its reply lost, wrote our owner id, and our tag into our release slot
+        and into our fence's place in the release ring (items.RING), which the releases
+        of the next holders keep. Breaks and takeovers write none of them.
+        (Guessing from the fence instead read a break followed by another holder's
+        acquire and release as our own release: issue 13, finding 3.)
+        """
+        if not item:
+            return False
+        slot, tag = it.release_slot(lease.owner)
+        return (
+            item.get(it.RELEASED_BY, {}).get("S") == lease.owner
+            or item.get(slot, {}).get("S") == tag
+            or it.in_ring(item, tag)
+        )
+
+    def _release_request(self, stored: str, owner: str, fence: int | None = None) -> dict[str, Any]:
+        """The release write of ``owner`` (see requests.release)."""
+        now = self.clock.now()
+        return rq.release(self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now)
+
+    def _release_later(self, lease: Lease) -> None:
+        """Have the heartbeat thread try a failed release again, until it is confirmed.
+
+        Safe to repeat at any time: the release is conditioned on our owner id and
+        recognises its own earlier success, and once the item shows another owner the
+        retries stop. Without them the key would stay held until its expiry passed.
+        Bounded by RELEASE_RETRY_FOR, with a backoff up to the heartbeat period.
+        """
+        now = time.monotonic()
+        if lease.upkeep.release_since is None:
+            lease.upkeep.release_since = now
+        if self._closed or now - lease.upkeep.release_since >= RELEASE_RETRY_FOR:
+            logger.warning("gave up releasing %r: others take it over once its expiry has passed", lease)
+            return
+        delay = min(
+            self._period(lease.lease_seconds), self.options.min_retry_delay * 2 ** min(lease.upkeep.release_tries, 16)
+        )
+        lease.upkeep.release_tries += 1
+        lease.upkeep.release_pending = True
+        self._heartbeater.schedule(lease, now + delay)
+
+    def _end_owner(
+        self,
+        stored: str,
+        owner: str,
+        action: str,
+        *,
+        mark: str,
+        release: dict[str, Any] | None = None,
+        attempts: int | None = None,
+    ) -> None:
+        """Make sure no write of ``owner`` holds the key, now or later: no ghost holder.
+
+        An acquire of ours delayed in the network may land at any time while the key is
+        free: after we gave up waiting for its reply, after a break, after a taker's
+        release. First mark ``owner``'s release slot, whoever holds the key, so that
+        none can land from then on (items.RELEASE_SLOTS); then release the key in case
+        one landed before the mark. In the other order, one landing between the two
+        writes would hold the key for nobody until its expiry passed.
+
+        ``mark`` prefixes the tag: the acquire guard looks for the tag anywhere in the
+        slot, but a release recognises its own earlier success by the bare tag alone,
+        which these marks must never look like. ``release`` replaces the owner's own
+        release write.
+        """
+        marked = self._store.try_update(
+            action,
+            attempts=attempts,
+            **rq.mark_slot(self.options, stored, owner=owner, mark=mark, now=self.clock.now()),
+        )
+        if marked is not None:  # else DynamoDB cannot be reached: the release would not get through either
+            self._store.try_update(action, attempts=attempts, **(release or self._release_request(stored, owner)))
+
+    def _disown(self, lease: Lease) -> None:
+        """After a lease was taken from us or broken: no late write of ours may hold the key (two writes, on losses only)."""
+        if not lease.upkeep.disowned:
+            lease.upkeep.disowned = True
+            self._end_owner(lease.stored_key, lease.owner, "make sure a lost lease leaves no late write", mark="lost:")

@@ -1,0 +1,42 @@
+"""In-process key locks: one threading lock per key a client is acquiring or holding.
+
+A thread takes the key's lock here before it goes to DynamoDB and keeps it for as
+long as it holds the lease. So threads of one process waiting for the same key do not each
+poll DynamoDB, and a release in this process hands over to a local waiter at once.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class KeyLocks:
+    """Per-key locks of one client in one process (see above); ``enter`` with a timeout, ``leave`` when done."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._locks: dict[str, list] = {}  # key -> [threading.Lock, users]
+
+    def enter(self, key: str, timeout: float) -> bool:
+        with self._lock:
+            entry = self._locks.setdefault(key, [threading.Lock(), 0])
+            entry[1] += 1
+        entered = entry[0].acquire(timeout=timeout) if timeout > 0 else entry[0].acquire(blocking=False)
+        if not entered:
+            self._unref(key)
+        return entered
+
+    def leave(self, key: str) -> None:
+        with self._lock:
+            entry = self._locks.get(key)
+        if entry is not None and entry[0].locked():
+            entry[0].release()
+            self._unref(key)
+
+    def _unref(self, key: str) -> None:
+        with self._lock:
+            entry = self._locks.get(key)
+            if entry is not None:
+                entry[1] -= 1
+                if entry[1] <= 0:
+                    del self._locks[key]

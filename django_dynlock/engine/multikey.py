@@ -1,0 +1,257 @@
+"""Acquiring several keys, all or none: one TransactWriteItems, or one key at a time in
+sorted order with rollback where the server has no transactions (dynalite)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..exceptions import BackendError, DynLockError, LockNotAcquired
+from . import items as it
+from . import requests as rq
+from .acquiring import Acquiring, Terms
+from .failures import error_code, safe_endpoint
+from .lease import Lease, LeaseGroup
+from .store import backoff
+from .waiting import Attempt, Watch
+
+# DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
+MAX_KEYS_PER_TRANSACTION = 100
+
+
+class MultiKey(Acquiring):
+    """acquire_many(): the transaction, its fallback, and reading back the tokens."""
+
+    def _acquire_all(
+        self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
+    ) -> LeaseGroup:
+        """acquire_many() after its arguments were checked: ``by_stored`` maps stored keys to keys."""
+        started = time.monotonic()
+        terms = Terms(started + wait_s, lease_s, holder)
+        ordered = sorted(by_stored)  # one global order: no deadlock between processes
+        entered: list[str] = []
+        try:
+            for stored in ordered:
+                if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - time.monotonic())):
+                    raise LockNotAcquired(
+                        by_stored[stored],
+                        holder=self._local_holder(stored),
+                        waited=time.monotonic() - started,
+                        keys=tuple(by_stored.values()),
+                    )
+                entered.append(stored)
+            if self._store.has_transactions is not False and len(ordered) > 1:
+                leases = self._acquire_transaction(by_stored, ordered, terms)
+            else:
+                leases = None
+            if leases is None:
+                leases = self._acquire_in_order(by_stored, ordered, terms)
+        except BaseException as error:
+            for stored in entered:
+                self._keylocks.leave(stored)
+            if isinstance(error, LockNotAcquired):
+                self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+            raise
+        for one in leases:
+            self._start_holding(one, waited=time.monotonic() - started)
+        return LeaseGroup(self._as_client, leases)
+
+    def _acquire_in_order(
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        terms: Terms,
+    ) -> list[Lease]:
+        """Without transactions: one key at a time, in sorted order; all or none.
+
+        Each key is renewed by the heartbeat as soon as it is ours, so that a long wait
+        for a later key cannot let an earlier one run out. If one was broken or taken
+        meanwhile all are given back, and the whole group is tried again while ``wait``
+        lasts: a group is only handed out while every lease in it holds.
+        """
+        started = time.monotonic()
+        while True:
+            leases: list[Lease] = []
+            try:
+                for stored in ordered:
+                    lease = self._acquire_remote(by_stored[stored], stored, terms, single=False)
+                    leases.append(lease)
+                    # Renewed, but not yet among held(): acquire_many() holds their in-process locks until all are ours.
+                    self._heartbeater.add(lease, self._first_heartbeat(lease))
+            except BaseException:
+                self._give_back(leases)
+                raise
+            lost = [lease for lease in leases if not lease.is_held]
+            if not lost:
+                return leases
+            self._give_back(leases)
+            now = time.monotonic()
+            if now >= terms.give_up_at:
+                info = self._info(self._store.get_item(lost[0].stored_key))
+                info = info if info is not None and info.is_held else None
+                raise LockNotAcquired(
+                    lost[0].key,
+                    holder=info,
+                    retry_after=self._waiting.retry_after(info, None, None),
+                    waited=now - started,
+                    keys=tuple(by_stored.values()),
+                )
+
+    def _give_back(self, leases: list[Lease]) -> None:
+        """Release the leases of a group that could not be completed (quietly: none was handed out)."""
+        for lease in reversed(leases):
+            lease.upkeep.mark_released()  # no more renewals
+            self._release_remote(lease, quiet=True)
+
+    def _acquire_transaction(
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        terms: Terms,
+    ) -> list[Lease] | None:
+        """All keys in one TransactWriteItems; None when the server has no transactions."""
+        attempt = Attempt(owner=self._new_owner())
+        try:
+            return self._transaction_loop(by_stored, ordered, terms, attempt)
+        except BaseException:
+            for stored in ordered:
+                self._abandon(stored, attempt)
+            raise
+
+    def _transaction_loop(
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        terms: Terms,
+        attempt: Attempt,
+    ) -> list[Lease] | None:
+        watches: dict[str, Watch | None] = {stored: self._waiting.remembered(stored) for stored in ordered}
+        items: dict[str, dict[str, Any] | None] = {}
+        tries = 0
+        rechecked = False
+        started = time.monotonic()
+        while True:
+            now = time.monotonic()
+            clock_was_known = self.clock.known
+            attempt.seq += 1
+            updates = []
+            expiries = []
+            for stored in ordered:
+                watch = watches.get(stored)
+                takeover = watch.takeover_rvn(now) if watch is not None else None
+                request, expires = self._acquire_request(stored, attempt, terms, takeover)
+                updates.append({"Update": {"TableName": self.options.table_name, **request}})
+                expiries.append(expires)
+            sent = time.monotonic()
+            error: DynLockError | None = None
+            busy: str | None = None
+            try:
+                self._store.send("transact_write_items", {"TransactItems": updates})
+            except ClientError as exc:
+                code = error_code(exc)
+                if code == "UnknownOperationException":
+                    self._store.has_transactions = False
+                    self._store.say_once(
+                        "no-transactions",
+                        "DynamoDB server at %s has no transactions: acquire_many() falls back to "
+                        "acquiring keys one by one in sorted order, with rollback",
+                        safe_endpoint(self.options.endpoint_url),
+                    )
+                    return None
+                if code != "TransactionCanceledException":
+                    error = self._store.translate(exc, "acquire several locks")
+                    attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+                    if not getattr(error, "retryable", False):
+                        raise error from exc
+                else:
+                    reasons = exc.response.get("CancellationReasons") or []
+                    received = time.monotonic()
+                    for stored, reason in zip(ordered, reasons):
+                        if reason.get("Code") == "ConditionalCheckFailed":
+                            item = reason.get("Item")
+                            if item is None:
+                                item = self._store.get_item(stored)
+                            items[stored] = item
+                            watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
+                            self._waiting.remember(stored, watches[stored])
+                            busy = busy or stored
+                    if busy is None:
+                        error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)
+            except BotoCoreError as exc:
+                error = self._store.translate(exc, "acquire several locks")
+                attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+            else:
+                self._store.has_transactions = True
+                leases = self._leases_after_transaction(by_stored, ordered, attempt, terms, sent, min(expiries))
+                held = all(lease.is_held for lease in leases)
+                wall_stamped = not clock_was_known and self.clock.known
+                if held and not (wall_stamped and not rechecked):
+                    for stored in ordered:
+                        self._waiting.remember(stored, None)
+                    return leases
+                # Ours, but stamped by this host's wall clock (a client's first write; the
+                # reply told us DynamoDB's), or the replies came too late to use (see
+                # _acquire_loop): write again, once at once. It recognises itself.
+                attempt.ambiguous = True
+                if not rechecked:
+                    rechecked = True
+                    continue
+                error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
+            now = time.monotonic()
+            if now >= terms.give_up_at:
+                if busy is not None:
+                    item = self._store.get_item(busy)
+                    info = self._info(item)
+                    raise LockNotAcquired(
+                        by_stored[busy],
+                        holder=info,
+                        retry_after=self._waiting.retry_after(info, item, watches.get(busy)),
+                        waited=now - started,
+                        keys=tuple(by_stored.values()),
+                    )
+                assert error is not None
+                raise error
+            delay = self._waiting.transaction_delay(
+                tries=tries,
+                seen=[(items.get(stored), watches.get(stored)) for stored in ordered],
+                now=now,
+                give_up_at=terms.give_up_at,
+            )
+            tries += 1
+            time.sleep(delay)
+
+    def _leases_after_transaction(
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        attempt: Attempt,
+        terms: Terms,
+        sent: float,
+        expires: float,
+    ) -> list[Lease]:
+        # TransactWriteItems returns no attributes: read the new tokens back. While we
+        # own the keys nobody else can change them, so this read is exact.
+        tokens: dict[str, int] = {}
+        pending: dict[str, Any] = {
+            self.options.table_name: {"Keys": [rq.key(self.options, s) for s in ordered], "ConsistentRead": True}
+        }
+        for _ in range(10):
+            try:
+                reply = self._store.send("batch_get_item", {"RequestItems": pending})
+            except (ClientError, BotoCoreError) as exc:
+                attempt.ambiguous = True
+                raise self._store.translate(exc, "read the new fencing tokens") from exc
+            for item in reply.get("Responses", {}).get(self.options.table_name, []):
+                if item.get(it.OWNER, {}).get("S") == attempt.owner:
+                    tokens[item[self.options.key_attribute]["S"]] = int(item[it.FENCE]["N"])
+            pending = reply.get("UnprocessedKeys") or {}
+            if not pending:
+                break
+            time.sleep(backoff(self.options, 0))
+        if len(tokens) != len(ordered):
+            attempt.ambiguous = True
+            raise BackendError("could not read back the fencing tokens of a multi-key acquire", retryable=True)
+        return [self._new_lease(by_stored[s], s, attempt, tokens[s], terms, sent, expires) for s in ordered]

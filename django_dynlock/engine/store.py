@@ -1,0 +1,188 @@
+"""The requests to one lock table: sending, quick retries, and what a failure means.
+
+Every API call of the engine goes through a :class:`Store`. It knows nothing of
+leases: it sends what ``requests.py`` built, retries transient failures, turns
+botocore's exceptions into typed errors, and feeds each reply's ``Date`` header to
+the client's view of DynamoDB's clock.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from ..exceptions import DynLockError
+from . import requests as rq
+from .clock import ServerClock, reply_date
+from .connection import build_boto_client
+from .failures import error_code, may_have_applied, safe_endpoint, translate
+from .options import ClientOptions
+
+logger = logging.getLogger("django_dynlock")
+
+# The failures that are answers, not faults: a condition that did not hold.
+CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+
+def backoff(options: ClientOptions, attempt: int) -> float:
+    """The pause before retry number ``attempt`` (from 0).
+
+    Equal jitter: never zero, never in lockstep with other clients.
+    """
+    cap = min(options.max_retry_delay, options.min_retry_delay * 2**attempt)
+    return cap / 2 + random.uniform(0, cap / 2)
+
+
+class Store:
+    """One table's requests, on one low-level boto3 client (built on first use).
+
+    ``check_open`` runs before every request: the owning client raises there once
+    it is closed, and notices a fork.
+    """
+
+    def __init__(
+        self, options: ClientOptions, clock: ServerClock, *, boto_client: Any = None, check_open: Callable[[], None]
+    ):
+        self.options = options
+        self.clock = clock
+        self._boto = boto_client
+        self._check_open = check_open
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._said: set[str] = set()
+        # What the server supports, learnt on first use (dynalite lacks both).
+        self.returns_item_on_failure: bool | None = None
+        self.has_transactions: bool | None = None
+
+    def fresh_copy(self, clock: ServerClock) -> Store:
+        """For a forked child: what was learnt of the server, and no boto3 client (its
+        connections are the parent's). The first store keeps the boto3 client it was given."""
+        if self._pid == os.getpid():
+            self.clock = clock
+            return self
+        store = Store(self.options, clock, check_open=self._check_open)
+        store.returns_item_on_failure = self.returns_item_on_failure
+        store.has_transactions = self.has_transactions
+        return store
+
+    @property
+    def boto(self) -> Any:
+        """The low-level boto3 DynamoDB client (thread-safe)."""
+        self._check_open()
+        if self._boto is None:
+            with self._lock:
+                if self._boto is None:
+                    try:
+                        self._boto = build_boto_client(self.options)
+                    except BotoCoreError as exc:  # no region, an unknown profile, ...
+                        raise self.translate(exc, "build the DynamoDB client") from exc
+        return self._boto
+
+    @property
+    def region(self) -> str | None:
+        """The region as boto3 resolved it (it may come from the host's environment), once built."""
+        return self._boto.meta.region_name if self._boto is not None else self.options.region_name
+
+    def say_once(self, topic: str, message: str, *args: Any) -> None:
+        """Log a warning about the server once per client, not once per call."""
+        if topic not in self._said:
+            self._said.add(topic)
+            logger.warning(message, *args)
+
+    def call(
+        self, operation: str, action: str, *, attempts: int | None = None, table: bool = True, **params: Any
+    ) -> dict[str, Any]:
+        """One API request, retried quickly on transient failures.
+
+        A failed condition is raised as the ClientError it is; every other botocore
+        failure becomes a DynLockError whose ``ambiguous`` says whether any attempt
+        may have been applied. We retry here rather than in botocore, whose backoff
+        sleeps up to a second: every write of ours is safe to repeat, because its
+        condition recognises our own earlier success.
+        """
+        if table:
+            params["TableName"] = self.options.table_name
+        attempts = attempts or self.options.call_attempts
+        ambiguous = False  # any attempt may have been applied, not only the last one
+        for attempt in range(attempts):
+            try:
+                return self.send(operation, params)
+            except ClientError as exc:
+                if error_code(exc) in CONDITION_FAILED:
+                    raise
+                error = self.translate(exc, action)
+            except BotoCoreError as exc:
+                error = self.translate(exc, action)
+            ambiguous = ambiguous or error.ambiguous  # type: ignore[attr-defined]
+            if not getattr(error, "retryable", False) or attempt == attempts - 1:
+                error.ambiguous = ambiguous  # type: ignore[attr-defined]
+                raise error
+            time.sleep(backoff(self.options, attempt))
+        raise AssertionError("unreachable")
+
+    def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One botocore call; its reply's Date header narrows our view of DynamoDB's clock."""
+        method = getattr(self.boto, operation)
+        sent = time.monotonic()
+        try:
+            reply = method(**params)
+        except ClientError as exc:
+            self.clock.observe(sent, time.monotonic(), reply_date(exc.response))
+            raise
+        self.clock.observe(sent, time.monotonic(), reply_date(reply))
+        return reply
+
+    def translate(self, exc: BaseException, action: str) -> DynLockError:
+        """The typed error for a botocore failure, with ``ambiguous`` (may it have been applied?)."""
+        error = translate(
+            exc,
+            table=self.options.table_name,
+            endpoint=self.options.endpoint_url,
+            action=action,
+            region=self.region,
+        )
+        error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
+        return error
+
+    def get_item(self, stored_key: str) -> dict[str, Any] | None:
+        """One consistent read of a key's item."""
+        reply = self.call("get_item", "read a lock", Key=rq.key(self.options, stored_key), ConsistentRead=True)
+        return reply.get("Item")
+
+    def old_item(self, exc: ClientError, stored_key: str, *, read: bool = True) -> dict[str, Any] | None:
+        """The item that made a condition fail: from the reply, or (if ``read``) one consistent read."""
+        item = exc.response.get("Item")
+        if item is not None:
+            self.returns_item_on_failure = True
+            return item
+        if not read:
+            return None
+        if self.returns_item_on_failure is None:
+            self.returns_item_on_failure = False
+            self.say_once(
+                "no-item",
+                "DynamoDB server at %s returns no item on a failed condition: "
+                "falling back to a consistent GetItem (one extra call per busy attempt)",
+                safe_endpoint(self.options.endpoint_url),
+            )
+        return self.get_item(stored_key)
+
+    def try_update(self, action: str, *, attempts: int | None = None, **params: Any) -> bool | None:
+        """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
+        stored = params["Key"][self.options.key_attribute]["S"]
+        try:
+            self.call("update_item", action, attempts=attempts, **params)
+        except ClientError:
+            return False
+        except DynLockError as exc:
+            # It may have meant to free a key that stays held until its expiry passes.
+            logger.warning("could not %s of %r: %s", action, stored, exc)
+            return None
+        return True

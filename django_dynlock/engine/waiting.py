@@ -1,0 +1,229 @@
+"""The waiting policy: when a waiter may take a busy key, and how long it sleeps between looks.
+
+Pure decisions on what a waiter has seen (the item, its watch of the holder's record
+version, DynamoDB's clock as bounded by ``clock.py``) and its own monotonic clock.
+The acquire loops in ``acquiring.py`` and ``multikey.py`` send the requests; this
+module tells them when, and whether a write may take the key over.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ..exceptions import DynLockError
+from . import items as it
+from .clock import DRIFT, ServerClock
+from .items import LeaseInfo
+from .options import ClientOptions
+from .requests import RESERVATION_GRACE
+from .store import backoff
+
+# A waiter sleeps at least this many of its last round trips between looks at a busy key,
+# but never more than this many MAX_RETRY_DELAYs for that reason.
+POLL_ROUND_TRIPS = 4
+POLL_DELAY_CAP = 10
+# A waiter that sees another waiter has the next turn looks this many MAX_RETRY_DELAYs apart.
+RESERVED_POLL = 4
+# The waiter with the next turn looks by writing this many times, then by reading.
+RESERVED_WRITES = 8
+# A waiter that has waited this long (seconds), and seen the key go to others
+# meanwhile, reserves the next turn.
+STARVING_AFTER = 0.1
+# What a client remembers of busy keys between calls (their record versions), so that
+# repeated short attempts add up to a watch of a whole lease.
+WATCHES_KEPT = 1024
+
+
+@dataclass
+class Attempt:
+    """One acquisition's attempts: its owner id, the sequence number of its last write,
+    whether a write may have landed unseen, and whether it holds the next turn."""
+
+    owner: str
+    seq: int = 0
+    ambiguous: bool = False
+    reserved: bool = False
+
+
+@dataclass
+class Watch:
+    """A waiter's observation of a holder's record version, on its own monotonic clock."""
+
+    rvn: str | None
+    since: float
+    lease_seconds: float
+
+    def takeover_at(self) -> float:
+        return self.since + self.lease_seconds
+
+    def takeover_rvn(self, now: float) -> str | None:
+        """The record version a write may take over now: watched unchanged for a whole lease."""
+        return self.rvn if self.rvn and now >= self.takeover_at() else None
+
+
+class WaitPolicy:
+    """A client's waiting decisions, and its memory of busy keys between calls. Thread-safe."""
+
+    def __init__(self, options: ClientOptions, clock: ServerClock):
+        self.options = options
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._watches: OrderedDict[str, Watch] = OrderedDict()
+
+    # -- what a client remembers of busy keys ---------------------------------------
+    def remembered(self, stored: str) -> Watch | None:
+        with self._lock:
+            return self._watches.get(stored)
+
+    def remember(self, stored: str, watch: Watch | None) -> None:
+        with self._lock:
+            if watch is None:
+                self._watches.pop(stored, None)
+                return
+            self._watches[stored] = watch
+            self._watches.move_to_end(stored)
+            while len(self._watches) > WATCHES_KEPT:
+                self._watches.popitem(last=False)
+
+    # -- when a key may be taken ---------------------------------------------------------
+    def expired(self, item: Mapping[str, Any] | None, at: float) -> bool:
+        """Whether DynamoDB's clock, even at its earliest reading, lets us take the key (see below)."""
+        due = self.takeover_by_clock_in(item, at)
+        return due is not None and due <= 0
+
+    def takeover_by_clock_in(self, item: Mapping[str, Any] | None, at: float) -> float | None:
+        """Seconds until DynamoDB's clock lets us take the key: the holder's expiry, or a lapsed reservation."""
+        earliest = self.clock.earliest(at)
+        if not item or earliest is None:
+            return None
+        if it.OWNER in item:
+            deadline = it.number(item, it.EXPIRES_AT)
+        elif it.RESERVED_BY in item:
+            released = it.number(item, it.RELEASED_AT)
+            deadline = None if released is None else released + RESERVATION_GRACE
+        else:
+            return None
+        # The earliest reading grows a little slower than our clock (DRIFT).
+        return None if deadline is None else (deadline - earliest) / (1.0 - DRIFT)
+
+    def takeover_in(self, item: Mapping[str, Any] | None, watch: Watch | None, at: float) -> float | None:
+        """Seconds until a write may take a busy key: by DynamoDB's clock, or after watching it a whole lease."""
+        due = [
+            d
+            for d in (self.takeover_by_clock_in(item, at), watch.takeover_at() - at if watch else None)
+            if d is not None
+        ]
+        return min(due) if due else None
+
+    def observe(self, watch: Watch | None, item: Mapping[str, Any] | None, received: float, owner: str) -> Watch | None:
+        """Update the watch on the holder's record version; None when the key is free for ``owner``.
+
+        A released key that another waiter has reserved counts as held until the
+        reservation lapses (RESERVATION_GRACE after the release, by DynamoDB's clock).
+        """
+        if not item:
+            return None
+        if it.OWNER not in item:
+            reserver = item.get(it.RESERVED_BY, {}).get("S", owner)
+            if reserver == owner or self.expired(item, received):
+                return None
+        rvn = item.get(it.RVN, {}).get("S")
+        if watch is not None and watch.rvn == rvn:
+            return watch
+        lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
+        return Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0)
+
+    def retry_after(self, info: LeaseInfo | None, item: Mapping[str, Any] | None, watch: Watch | None) -> float | None:
+        """The hint a LockNotAcquired carries: when the key may be free."""
+        if info is None or not info.is_held:
+            return None
+        due = self.takeover_in(item, watch, time.monotonic())
+        return max(0.0, due) if due is not None else info.lease_seconds
+
+    # -- the next turn ---------------------------------------------------------------------
+    def starving(self, item: Mapping[str, Any], owner: str, holders_seen: set[str], began: float) -> bool:
+        """Whether this waiter has waited a while, seen the key change hands, and nobody has the next turn."""
+        current = item.get(it.OWNER, {}).get("S")
+        if current is None or current == owner:
+            return False
+        if len(holders_seen) < 2:  # all we need to know: the key changed hands
+            holders_seen.add(current)
+        return len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
+
+    @staticmethod
+    def looks_by_writing(reserved_looks: int, returns_item_on_failure: bool | None) -> bool:
+        """Whether the waiter with the next turn looks by writing.
+
+        Its attempt lands as soon as the key is free, a round trip sooner than a read
+        and then a write, and a failed one returns the item, like a read. Only its
+        first few looks: a failed write costs five times a read, and a long hold
+        would add up.
+        """
+        return bool(returns_item_on_failure) and 0 < reserved_looks <= RESERVED_WRITES
+
+    # -- sleeps ----------------------------------------------------------------------------
+    def busy_server_delay(self, took: float, error: DynLockError | None) -> float:
+        """At least a few round trips between polls: on a busy server, faster polls would
+        only queue our reads in front of the holder's release. A failed look (a timeout,
+        a reset) says nothing about load, and a cap keeps one slow reply from stalling a
+        waiter."""
+        if error is not None:
+            return 0.0
+        return min(POLL_ROUND_TRIPS * took, POLL_DELAY_CAP * self.options.max_retry_delay) * random.uniform(0.75, 1.25)
+
+    def poll_delay(
+        self,
+        *,
+        tries: int,
+        reserved: bool,
+        took: float,
+        error: DynLockError | None,
+        item: Mapping[str, Any] | None,
+        watch: Watch | None,
+        now: float,
+        give_up_at: float,
+    ) -> float:
+        """How long a waiter for one key sleeps before its next look."""
+        if reserved:
+            # The waiter with the next turn polls at the first step: the key idles until it looks.
+            delay = backoff(self.options, 0)
+        else:
+            delay = max(backoff(self.options, tries), self.busy_server_delay(took, error))
+            if item and it.RESERVED_BY in item:
+                # Another waiter has the next turn: ours comes after it, so a look
+                # sooner would only load the server the holder and that waiter need.
+                delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
+        return self._until_takeover(delay, [(item, watch)], now, give_up_at)
+
+    def transaction_delay(
+        self,
+        *,
+        tries: int,
+        seen: list[tuple[Mapping[str, Any] | None, Watch | None]],
+        now: float,
+        give_up_at: float,
+    ) -> float:
+        """How long a multi-key acquire sleeps before its next transaction."""
+        return self._until_takeover(backoff(self.options, tries), seen, now, give_up_at)
+
+    def _until_takeover(
+        self,
+        delay: float,
+        seen: list[tuple[Mapping[str, Any] | None, Watch | None]],
+        now: float,
+        give_up_at: float,
+    ) -> float:
+        # Only a takeover still to come shortens the sleep: one that is due already
+        # went into the last attempt (and, for a transaction, another key kept it
+        # from applying). Never past the caller's wait.
+        for item, watch in seen:
+            due = self.takeover_in(item, watch, now)
+            if due is not None and due > 0:
+                delay = min(delay, due)
+        return max(0.0, min(delay, give_up_at - now))
