@@ -849,7 +849,7 @@ def measure_contended(endpoint_url: str, plan: Plan, rtt_ms: float, ctx: Any) ->
 
 
 def start_server(kind: str) -> Any:
-    from tests.servers import start_dynalite, start_dynamodb_local, start_moto_server
+    from localdynamo.servers import start_dynalite, start_dynamodb_local, start_moto_server
 
     if kind == "moto":
         return start_moto_server(timeout=60)

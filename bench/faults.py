@@ -1,7 +1,7 @@
 """``python -m bench.faults``: contended throughput with and without faults, side by side.
 
 The harness of issue 13: 6 processes x 15 critical sections (5 ms each) on one key,
-every request through one loopback ``FaultProxy`` (``tests/faultproxy.py``). A round
+every request through one loopback ``FaultProxy`` (``localdynamo/faultproxy.py``). A round
 is fault-free, or has ~10 % of requests faulted: 2.5 % each of HTTP 500, HTTP 400
 ``ProvisionedThroughputExceededException``, a 300 ms delay, and HTTP 500 after the
 write was applied. Each library runs with botocore's retries on (standard mode, 4
@@ -45,7 +45,7 @@ from typing import Any
 
 from bench import contenders as cs
 from bench.engine import BenchError, _expect, _stop_children, median, quiet_engine_logs
-from tests.faultproxy import FaultProxy
+from localdynamo.faultproxy import FaultProxy
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 RESULTS_DIR = REPO_ROOT / "bench" / "results"

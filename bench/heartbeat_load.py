@@ -252,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
     server = None
     endpoint, server_pid = args.endpoint, None
     if endpoint is None:
-        from tests.servers import start_server
+        from localdynamo.servers import start_server
 
         server = start_server(args.server, timeout=60)
         endpoint, server_pid = server.endpoint_url, server.pid

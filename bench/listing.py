@@ -196,7 +196,7 @@ def measure_listing(
 
 def measure_admin(endpoint_url: str, gets: int) -> dict[str, Any]:
     """The changelist's first page, timed in a child process (Django set up there)."""
-    from tests.servers import REPO_ROOT, server_env
+    from localdynamo.servers import REPO_ROOT, server_env
 
     env = server_env(
         {

@@ -43,7 +43,7 @@ from typing import Any
 
 from bench import contenders as cs
 from bench import engine, listing, report, suite
-from tests.servers import SERVER_KINDS
+from localdynamo.servers import SERVER_KINDS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 IMG_DIR = REPO_ROOT / "docs" / "img"

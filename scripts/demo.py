@@ -25,7 +25,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from tests.servers import (  # noqa: E402
+from localdynamo.servers import (  # noqa: E402
     LOOPBACK,
     PortInUseError,
     ServerStartError,

@@ -27,10 +27,11 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION  # noqa: E402
+
 # -- settings (read by Django when DJANGO_SETTINGS_MODULE is this module) --------------------
 # The demo's apps, middleware, templates and URLs; its own database, table and endpoint.
 from testproject.settings import *  # noqa: E402,F401,F403
-from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION  # noqa: E402
 
 SECRET_KEY = "browser-test-only"
 DEBUG = False
@@ -131,7 +132,7 @@ def _ready(server: AdminServer, deadline: float) -> str | None:
 
 def start_admin_server(endpoint_url: str, table: str, workdir: str) -> AdminServer:
     """Serve the test project against ``table`` at ``endpoint_url``; its database lives in ``workdir``."""
-    from tests.servers import free_port, server_env
+    from localdynamo.servers import free_port, server_env
 
     failures = []
     deadline = time.monotonic() + START_TIMEOUT

@@ -33,7 +33,7 @@ else:
         AWS_EC2_METADATA_DISABLED="true",
     )
 
-from tests.servers import (  # noqa: E402
+from localdynamo.servers import (  # noqa: E402
     TABLE_PREFIX,
     TEST_ENDPOINT,
     LocalServer,

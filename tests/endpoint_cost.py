@@ -1,6 +1,6 @@
 """``python -m tests.endpoint_cost URL``: what one ``make test-endpoint`` run asks of DynamoDB.
 
-Puts a recording proxy (``tests/faultproxy.py``, no faults) in front of ``URL``, a plain
+Puts a recording proxy (``localdynamo/faultproxy.py``, no faults) in front of ``URL``, a plain
 ``http://`` endpoint such as a DynamoDB Local you started, runs ``make test-endpoint``
 through it, then counts every request the run sent, by operation, and prices them by
 DynamoDB's on-demand rules (docs/testing.md, "Cost of one run against AWS"):
@@ -28,8 +28,8 @@ import subprocess
 import sys
 from typing import Any
 
-from tests.faultproxy import FaultProxy, RequestRecord
-from tests.servers import REPO_ROOT, dummy_client
+from localdynamo.faultproxy import FaultProxy, RequestRecord
+from localdynamo.servers import REPO_ROOT, dummy_client
 
 # USD per million request units, DynamoDB on-demand, us-east-1 (since November 2024).
 PRICE_PER_MILLION = {"write": 0.625, "read": 0.125}

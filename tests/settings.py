@@ -1,6 +1,6 @@
 """Django settings for the test suite. The DYNLOCK endpoint is replaced per test."""
 
-from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
 
 SECRET_KEY = "tests-only"
 DEBUG = False

@@ -25,9 +25,9 @@ from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
 from django_dynlock.engine import items as it
 from django_dynlock.models import Lease
 from django_dynlock.signals import lock_broken
+from localdynamo.servers import dummy_client
 from tests.conftest import alias_settings, table_name
 from tests.helpers import count_calls
-from tests.servers import dummy_client
 
 pytestmark = pytest.mark.django_db
 
@@ -819,7 +819,7 @@ def test_items_the_library_did_not_write_show_as_malformed_rows(table, operator,
 def test_a_break_whose_replies_were_lost_is_audited_once_a_reload_confirms_it(table, operator, settings, moto_server):
     # issue 14: the write landed but every reply was lost: the page said nothing was
     # broken (503) and no admin log entry was written
-    from tests.faultproxy import FaultProxy
+    from localdynamo.faultproxy import FaultProxy
 
     lease = table.acquire("job:lost", lease=30)
     with FaultProxy(moto_server.endpoint_url, max_seconds=60) as proxy:

@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
+from localdynamo.servers import REPO_ROOT, dummy_client, server_env
 from tests.admin_browser_server import PASSWORD, USERNAME, start_admin_server
 from tests.conftest import table_name
-from tests.servers import REPO_ROOT, dummy_client, server_env
 from tests.workers import client_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]

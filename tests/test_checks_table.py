@@ -6,8 +6,8 @@ import pytest
 from django.core import checks
 
 from django_dynlock import BackendError, get_lock_client
+from localdynamo.servers import dummy_client
 from tests.conftest import alias_settings, table_name
-from tests.servers import dummy_client
 
 
 def table_check_ids() -> list[str]:

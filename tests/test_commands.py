@@ -30,9 +30,7 @@ from django.core.management import BaseCommand, CommandError, call_command, get_
 from django_dynlock import LockClient, LockLost, get_lock_client, signals
 from django_dynlock.engine.items import LeaseInfo
 from django_dynlock.management.commands import breaklock, showlocks
-from tests.conftest import alias_settings, need_dynalite, table_name
-from tests.helpers import count_calls
-from tests.servers import (
+from localdynamo.servers import (
     DUMMY_CREDENTIALS,
     DUMMY_REGION,
     REPO_ROOT,
@@ -41,6 +39,8 @@ from tests.servers import (
     start_dynalite,
     suite_region,
 )
+from tests.conftest import alias_settings, need_dynalite, table_name
+from tests.helpers import count_calls
 
 UNREACHABLE = "http://127.0.0.1:9"
 # Most behaviour does not depend on the server: run it on moto only. dynalite (no TTL,
@@ -1230,7 +1230,7 @@ def test_showlocks_and_breaklock_show_items_the_library_did_not_write(dynlock):
 @MOTO
 def test_breaklock_says_a_break_whose_replies_were_lost_may_have_happened(dynlock, settings, caplog):
     # issue 14: it said the lock could not be broken (DynamoDB unreachable), though it was
-    from tests.faultproxy import FaultProxy
+    from localdynamo.faultproxy import FaultProxy
 
     other_client(dynlock).acquire("lost-replies")
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:

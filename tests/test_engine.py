@@ -18,8 +18,8 @@ from django_dynlock import (
     TableNotFound,
 )
 from django_dynlock.engine import ClientOptions
+from localdynamo.servers import dummy_client
 from tests.helpers import count_calls
-from tests.servers import dummy_client
 
 
 def other_client(client: LockClient, **changes) -> LockClient:
@@ -546,8 +546,8 @@ def test_warnings_about_a_servers_limits_never_show_the_endpoints_password(dynal
     # issue 14: an ENDPOINT_URL with user:password (a proxy's) was printed as it is by the
     # warnings that a server lacks TTL, the item on a failed condition, or transactions.
     # dynalite lacks all three.
+    from localdynamo.servers import table_name
     from tests.reliability.harness import delete_table
-    from tests.servers import table_name
     from tests.workers import client_for
 
     endpoint = dynalite_server.endpoint_url.replace("http://", "http://user:s3cret@")

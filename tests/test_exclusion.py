@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from django_dynlock import LockLost, LockNotAcquired
-from tests.faultproxy import FaultProxy
+from localdynamo.faultproxy import FaultProxy
 from tests.workers import client_for, critical_sections
 
 PROCESSES = 6

@@ -1,4 +1,4 @@
-"""Tests for tests/faultproxy.py against a real moto server.
+"""Tests for localdynamo/faultproxy.py against a real moto server.
 
 No Django involved: the proxy is plain test infrastructure.
 """
@@ -19,8 +19,8 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
-from tests.faultproxy import FaultProxy
-from tests.servers import DUMMY_CREDENTIALS, DUMMY_REGION, LocalServer, start_moto_server
+from localdynamo.faultproxy import FaultProxy
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, LocalServer, start_moto_server
 
 # total_max_attempts, not max_attempts: botocore's "max_attempts" counts
 # *retries*, so max_attempts=1 would quietly retry every fault once.

@@ -14,8 +14,8 @@ import pytest
 
 from django_dynlock import LockClient
 from django_dynlock.fencing import fenced_update
+from localdynamo.servers import dummy_client
 from testproject.booking.models import Event
-from tests.servers import dummy_client
 from tests.workers import decorated_sections
 
 

@@ -19,8 +19,8 @@ import urllib.request
 
 import pytest
 
+from localdynamo.servers import REPO_ROOT, dummy_client, free_port
 from tests.reliability.harness import create_table, delete_table, wait_for
-from tests.servers import REPO_ROOT, dummy_client, free_port
 
 pytestmark = pytest.mark.slow
 

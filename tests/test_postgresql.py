@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from localdynamo.servers import dummy_client, free_port, table_name
 from tests.conftest import missing_tool
-from tests.servers import dummy_client, free_port, table_name
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,4 +1,4 @@
-"""Tests for tests/servers.py (local moto / dynalite servers).
+"""Tests for localdynamo/servers.py (local moto / dynalite servers).
 
 No Django settings are needed: these only start and stop processes.
 """

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import pytest
 
+from localdynamo.servers import REPO_ROOT
 from tests.reliability.harness import create_table, delete_table, wait_for
-from tests.servers import REPO_ROOT
 
 pytestmark = pytest.mark.slow
 

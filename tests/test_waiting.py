@@ -11,8 +11,8 @@ import pytest
 from django_dynlock import LockNotAcquired
 from django_dynlock.engine import waiting
 from django_dynlock.management import formatting
+from localdynamo.servers import dummy_client
 from tests.helpers import count_calls
-from tests.servers import dummy_client
 from tests.test_engine import other_client
 
 

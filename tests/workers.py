@@ -13,7 +13,7 @@ from pathlib import Path
 
 from django_dynlock.engine import ClientOptions, LockClient
 from django_dynlock.engine.options import merge_client_config
-from tests.servers import suite_region, suite_session_options
+from localdynamo.servers import suite_region, suite_session_options
 
 # This host's true wall clock, as an offset to the monotonic one (which no shift touches).
 TRUE_WALL_MINUS_MONOTONIC = time.time() - time.monotonic()

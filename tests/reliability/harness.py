@@ -1,7 +1,7 @@
 """Test-process side of the reliability scenarios: proxies, worker fleets, results.
 
 A :class:`Fleet` spawns worker processes (``workers.run_sections``), each talking to
-DynamoDB through its own :class:`~tests.faultproxy.FaultProxy` (so one worker can be
+DynamoDB through its own :class:`~localdynamo.faultproxy.FaultProxy` (so one worker can be
 cut off alone), starts them together, stops them, and reads back their histories.
 Every wait is bounded; processes that do not stop in time are killed.
 """
@@ -17,10 +17,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from tests.faultproxy import FaultProxy
+from localdynamo.faultproxy import FaultProxy
+from localdynamo.servers import dummy_client, table_name
 from tests.reliability.history import Section, Violation, check, load_sections
 from tests.reliability.workers import Plan, counter_path, read_counter, run_sections
-from tests.servers import dummy_client, table_name
 
 SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT = 120.0  # spawned children import boto3: slow on a busy 2-core machine

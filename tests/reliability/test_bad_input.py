@@ -27,8 +27,8 @@ from django_dynlock import (
 )
 from django_dynlock.conf import get_options
 from django_dynlock.engine import ClientOptions, LockClient
-from tests.servers import DUMMY_CREDENTIALS as CREDS
-from tests.servers import dummy_client
+from localdynamo.servers import DUMMY_CREDENTIALS as CREDS
+from localdynamo.servers import dummy_client
 
 
 @dataclass

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.faultproxy import FaultProxy
+from localdynamo.faultproxy import FaultProxy
 from tests.reliability.harness import SPAWN, create_table, delete_table, wait_for
 from tests.reliability.workers import Plan, believe_and_report
 from tests.workers import client_for

@@ -23,7 +23,7 @@ import pytest
 
 from django_dynlock import LockNotAcquired
 from django_dynlock.engine.items import release_slot
-from tests.faultproxy import FaultProxy
+from localdynamo.faultproxy import FaultProxy
 from tests.reliability.harness import create_table, delete_table
 from tests.workers import client_for
 

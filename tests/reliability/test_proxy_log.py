@@ -7,9 +7,9 @@ import time
 import pytest
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
-from tests.faultproxy import FaultProxy
+from localdynamo.faultproxy import FaultProxy
+from localdynamo.servers import dummy_client
 from tests.reliability.harness import create_table, delete_table
-from tests.servers import dummy_client
 
 
 def test_the_log_says_what_happened_to_each_request(moto_server):

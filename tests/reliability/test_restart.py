@@ -21,8 +21,8 @@ import pytest
 from botocore.exceptions import ClientError
 
 from django_dynlock import BackendError, LockLost, TableNotFound
+from localdynamo.servers import free_port, start_server
 from tests.reliability.harness import wait_for
-from tests.servers import free_port, start_server
 from tests.workers import client_for
 
 pytestmark = pytest.mark.slow

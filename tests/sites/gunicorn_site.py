@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 import time
 
-from tests.servers import suite_region, suite_session_options
+from localdynamo.servers import suite_region, suite_session_options
 
 SECRET_KEY = "gunicorn-site"
 DEBUG = False

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import os
 
-from tests.servers import suite_region, suite_session_options
+from localdynamo.servers import suite_region, suite_session_options
 from tests.settings import *  # noqa: F401,F403 (the test project, on another database)
 
 DATABASES = {

@@ -207,9 +207,9 @@ def moto_command(port: int, host: str = LOOPBACK) -> list:
     """Command line for a moto server using the current interpreter.
 
     Not plain ``moto.server``: its DynamoDB applies concurrent writes to one item
-    without isolation; ``tests.atomic_moto`` serialises them as DynamoDB would.
+    without isolation; ``localdynamo.atomic_moto`` serialises them as DynamoDB would.
     """
-    return [sys.executable, "-m", "tests.atomic_moto", host, str(port)]
+    return [sys.executable, "-m", "localdynamo.atomic_moto", host, str(port)]
 
 
 def dynalite_path() -> str | None:
@@ -447,7 +447,7 @@ def _start(
 
 
 def start_moto_server(timeout: float = 20.0, port: int | None = None) -> LocalServer:
-    """Start moto's server (``tests.atomic_moto``) on 127.0.0.1 (a free port unless given).
+    """Start moto's server (``localdynamo.atomic_moto``) on 127.0.0.1 (a free port unless given).
 
     Raises ``PortInUseError`` if a fixed ``port`` is taken, ``ServerStartError``
     (a RuntimeError, with the log tail) if the server is not ready in time.

@@ -7,7 +7,7 @@ atomically per item (and dynalite does too). Lock tests need that guarantee, so
 this launcher runs the same moto application behind one lock: connections are
 still handled in parallel, requests are applied one at a time.
 
-Usage: python -m tests.atomic_moto HOST PORT
+Usage: python -m localdynamo.atomic_moto HOST PORT
 """
 
 from __future__ import annotations
