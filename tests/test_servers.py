@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from tests import servers
+from localdynamo import servers
 
 
 def _group_alive(pgid: int) -> bool:
