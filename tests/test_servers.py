@@ -210,7 +210,7 @@ def test_atexit_stops_forgotten_servers():
     # A child interpreter starts a server, never stops it, and exits normally.
     code = (
         "import sys; sys.path.insert(0, sys.argv[1]); "
-        "from tests import servers; "
+        "from localdynamo import servers; "
         "s = servers.start_moto_server(); print(s.pid, s.port, flush=True)"
     )
     result = subprocess.run(
