@@ -28,7 +28,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.engine import REGION, SESSION_OPTIONS, BenchError, make_client, median
+from bench.children import BenchError
+from bench.clients import boto_session, make_client
+from bench.stats import median
 from django_dynlock.engine import items as it
 
 LIST_TABLE = "dynlock_bench_list"
@@ -36,11 +38,9 @@ PREFIX = "list-"
 
 
 def _boto(endpoint_url: str, read_timeout: float = 60.0) -> Any:
-    import boto3
     from botocore.config import Config
 
-    session = boto3.session.Session(region_name=REGION, **SESSION_OPTIONS)
-    return session.client(
+    return boto_session().client(
         "dynamodb",
         endpoint_url=endpoint_url,
         config=Config(
