@@ -760,7 +760,7 @@ def plot_crash(results: dict[str, Any], path: Path) -> Path:
 SERVER_COLOURS = {"dynamodb-local": "#9467bd", "moto": "#1f77b4", "dynalite": "#ff7f0e"}
 
 
-def plot_engine(results: dict[str, Any], path: Path) -> Path:
+def plot_vs_floor(results: dict[str, Any], path: Path) -> Path:
     """django-dynlock against the floor and the physical limit, server by server: its
     handoff latency, its uncontended rate beside the floor's, its contended rate beside
     1 / (hold + 2 × RTT) with the idle and the loaded round trip."""
@@ -894,8 +894,8 @@ def plot_all(results: dict[str, Any], img_dir: Path) -> list[Path]:
         uncontended_of(s, "1", "floor") and _get(s, "handoff", "dynlock") and _get(s, "contended", "dynlock")
         for s in results["servers"]
     ):
-        paths.append(plot_engine(results, img_dir / "bench-engine.png"))
+        paths.append(plot_vs_floor(results, img_dir / "bench-vs-floor.png"))
     return paths
 
 
-__all__ = ["derived", "markdown", "plot_all", "plot_engine", "targets"]
+__all__ = ["derived", "markdown", "plot_all", "plot_vs_floor", "targets"]

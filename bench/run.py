@@ -23,7 +23,7 @@ and dyndbmutex (see ``bench/contenders.py`` for exactly how each is driven):
 
 It prints markdown tables (with the issue's targets of ``bench/targets.py``, met or
 missed), writes the raw results to ``bench/results/bench-<timestamp>.json`` and the plots
-to ``docs/img/bench-*.png`` (``bench-engine.png``: django-dynlock against the floor and
+to ``docs/img/bench-*.png`` (``bench-vs-floor.png``: django-dynlock against the floor and
 the physical limit). Every loop is bounded in count and time;
 a phase that would start after the time budget is skipped and reported as such.
 """
