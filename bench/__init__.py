@@ -1,1 +1,1 @@
-"""Benchmarks of django-dynlock (run from the repository root: ``python -m bench.engine``)."""
+"""Benchmarks of django-dynlock (run from the repository root: ``python -m bench``; see bench/README.md)."""

@@ -1,31 +1,54 @@
 """Child process of ``bench.listing``: time GETs of the admin's "Leases" changelist.
 
-Runs under ``tests.settings`` with ``DYNLOCK_TEST_ENDPOINT_URL`` / ``DYNLOCK_TEST_TABLE``
-set by the parent; an in-memory SQLite database, one superuser logged in with Django's
-test client. Prints one JSON line: the times of each GET (the first is a warm-up), the
-API calls one GET makes, the rows shown and whether there is a next page.
+    python -m bench.admin_page ENDPOINT_URL TABLE GETS
+
+Runs the demo project's settings (``testproject.settings``) with an in-memory SQLite
+database and DYNLOCK pointed at ``ENDPOINT_URL`` and ``TABLE``; one superuser logged in
+with Django's test client. Prints one JSON line: the times of each GET (the first is a
+warm-up), the API calls one GET makes, the rows shown and whether there is a next page.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import sys
 import time
 
 
-def main(gets: int) -> dict:
-    os.environ.setdefault("DJANGO_SETTINGS_MODULE", "tests.settings")
+def configure_django(endpoint_url: str, table: str) -> None:
+    """Django's settings: the demo project's, with a database and a DYNLOCK of our own."""
+    from django.conf import settings
+
+    from bench.clients import REGION, SESSION_OPTIONS
+    from testproject import settings as demo
+
+    values = {name: getattr(demo, name) for name in dir(demo) if name.isupper()}
+    values.update(
+        DEBUG=False,
+        ALLOWED_HOSTS=["testserver"],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        DYNLOCK={
+            "default": {
+                "ENDPOINT_URL": endpoint_url,
+                "TABLE_NAME": table,
+                "REGION_NAME": REGION,
+                "SESSION_OPTIONS": dict(SESSION_OPTIONS),
+            }
+        },
+    )
+    settings.configure(**values)
+
+
+def main(endpoint_url: str, table: str, gets: int) -> dict:
+    configure_django(endpoint_url, table)
     import django
 
     django.setup()
-    from django.conf import settings
     from django.core.management import call_command
     from django.test import Client
     from django.test.utils import setup_test_environment
     from django.urls import reverse
 
-    settings.ALLOWED_HOSTS = ["testserver"]
     setup_test_environment()
     call_command("migrate", verbosity=0, interactive=False, run_syncdb=True)
     from django.contrib.auth import get_user_model
@@ -73,5 +96,6 @@ def main(gets: int) -> dict:
 
 
 if __name__ == "__main__":
-    result = main(int(sys.argv[1]) if len(sys.argv) > 1 else 5)
-    print(json.dumps(result))
+    if len(sys.argv) != 4:
+        raise SystemExit(__doc__.split("\n\n")[1])
+    print(json.dumps(main(sys.argv[1], sys.argv[2], int(sys.argv[3]))))

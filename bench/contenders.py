@@ -7,8 +7,9 @@ every client it creates) and hands out *lanes*: one per thread, each with
 
 - ``dynlock``: this library's :class:`~django_dynlock.engine.LockClient`, one per
   process, shared by all threads (its design).
-- ``floor``: the bare two conditional UpdateItems (``bench.engine.Floor``); it
-  cannot wait, so it only takes part in the uncontended figures.
+- ``floor``: the raw boto3 floor, the bare two conditional UpdateItems
+  (``bench.floor.Floor``); it cannot wait, so it only takes part in the uncontended
+  figures.
 - ``pdl``: python-dynamodb-lock's ``DynamoDBLockClient``, one per thread (boto3
   resources are not thread-safe), each on its own boto3 Session and resource.
 - ``mutex``: dyndbmutex's ``DynamoDbMutex``. It has no wait: the lane polls
@@ -37,7 +38,8 @@ from typing import Any
 
 from botocore.config import Config
 
-from bench.engine import REGION, SESSION_OPTIONS, TABLE, Floor, make_client
+from bench.clients import REGION, TABLE, boto_session, make_client
+from bench.floor import Floor
 from django_dynlock.engine.options import ClientOptions, merge_client_config
 from django_dynlock.exceptions import LockNotAcquired
 
@@ -125,11 +127,18 @@ PEERS = (PDL_DEFAULT, PDL_FASTEST, MUTEX)
 WAITERS = (DYNLOCK, PDL_DEFAULT, PDL_FASTEST, MUTEX)  # those that can block until a key is free
 
 
-def configure(*, dynlock_max_retry_delay: float | None = None, pdl_fast_retry: float | None = None) -> None:
+def configure(
+    *,
+    dynlock_min_retry_delay: float | None = None,
+    dynlock_max_retry_delay: float | None = None,
+    pdl_fast_retry: float | None = None,
+) -> None:
     """Sensitivity knobs (seconds): change the settings of the module's specs in place."""
     if dynlock_max_retry_delay is not None:
         DYNLOCK.settings["max_retry_delay"] = dynlock_max_retry_delay
-        DYNLOCK.settings["min_retry_delay"] = min(0.01, dynlock_max_retry_delay)
+        DYNLOCK.settings["min_retry_delay"] = min(ClientOptions.min_retry_delay, dynlock_max_retry_delay)
+    if dynlock_min_retry_delay is not None:
+        DYNLOCK.settings["min_retry_delay"] = dynlock_min_retry_delay
     if pdl_fast_retry is not None:
         PDL_FASTEST.settings["retry_period"] = pdl_fast_retry
 
@@ -319,19 +328,13 @@ class FloorContender(Contender):
         self.floor.close()
 
 
-def _session() -> Any:
-    import boto3
-
-    return boto3.session.Session(region_name=REGION, **SESSION_OPTIONS)
-
-
 class PdlLane:
     def __init__(self, contender: PdlContender):
         from python_dynamodb_lock.python_dynamodb_lock import DynamoDBLockClient
 
         s = contender.settings
         with _build_lock:
-            session = _session()
+            session = boto_session()
             contender.counter.attach(session.events)
             config = s.get("client_config")  # botocore settings; its own defaults otherwise
             resource = session.resource(
@@ -390,7 +393,7 @@ class PdlContender(Contender):
         from botocore.exceptions import ClientError
         from python_dynamodb_lock.python_dynamodb_lock import DynamoDBLockClient
 
-        boto = _session().client("dynamodb", endpoint_url=self.endpoint_url)
+        boto = boto_session().client("dynamodb", endpoint_url=self.endpoint_url)
         try:
             DynamoDBLockClient.create_dynamodb_table(boto, table_name=PDL_TABLE)
             return "created by DynamoDBLockClient.create_dynamodb_table"
@@ -456,7 +459,7 @@ class MutexContender(Contender):
         # dyndbmutex calls boto3.resource()/boto3.client(), i.e. boto3's default session.
         # Each contender gets its own session, installed as the default while it builds a
         # DynamoDbMutex, so that the calls of its clients are counted by this contender only.
-        self.session = _session()
+        self.session = boto_session()
         self.counter.attach(self.session.events)
         self.timeoutms = int(spec.settings.get("timeoutms", LEASE * 1000))
 

@@ -36,7 +36,6 @@ import multiprocessing
 import os
 import sys
 import time
-import traceback
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -44,24 +43,23 @@ from pathlib import Path
 from typing import Any
 
 from bench import contenders as cs
-from bench.engine import BenchError, _expect, _stop_children, median, quiet_engine_logs
+from bench import targets as T
+from bench.children import BenchError, child_lane, expect, stop_children
+from bench.clients import start_local_server
+from bench.output import IMG_DIR, REPO_ROOT, write_results
+from bench.rounds import rotated
+from bench.stats import jain, median
 from localdynamo.faultproxy import FaultProxy
+from localdynamo.servers import SERVER_KINDS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-RESULTS_DIR = REPO_ROOT / "bench" / "results"
-PLOT = REPO_ROOT / "docs" / "img" / "bench-faults.png"
+PLOT = IMG_DIR / "bench-faults.png"
 
 FAULT_MIX = {"http500": 0.025, "throttle": 0.025, "delay": 0.025, "http500_applied": 0.025}
 FAULT_DELAY = 0.3  # seconds added to a delayed request
 RETRIES = {"on": 4, "off": 1}  # botocore's total_max_attempts (standard mode)
-SERVERS = ("dynamodb-local", "moto", "dynalite")
-TARGET_FAULT_RATIO = 1 / 3  # faulted / fault-free sections per second, per server
-TARGET_VS_PDL = 1.3  # django-dynlock / python-dynamodb-lock, fault-free
-TARGET_JAIN = 0.9
 
-DYNLOCK = cs.DYNLOCK
 PDL = cs.Spec("pdl-0.1", "python-dynamodb-lock (retry 0.1 s)", "pdl", {**cs.PDL_FAST, "retry_period": 0.1})
-LIBS = {spec.name: spec for spec in (DYNLOCK, PDL)}
+LIBS = {spec.name: spec for spec in (cs.DYNLOCK, PDL)}
 
 ROUND_CAP = 60.0  # seconds one round may take before its workers give up
 START_TIMEOUT = 90.0
@@ -86,14 +84,9 @@ class Cell:
 # -- worker processes ----------------------------------------------------------------------------
 
 
-def worker(spec: cs.Spec, endpoint_url: str, conn: Any) -> None:
+def fault_worker(spec: cs.Spec, endpoint_url: str, conn: Any) -> None:
     """Child: acquire -> sleep(hold) -> release on the round's key, ``sections`` times per round."""
-    contender = None
-    try:
-        quiet_engine_logs()
-        cs.quiet_peer_logs()
-        contender = cs.make_contender(spec, endpoint_url)
-        lane = contender.lane()
+    with child_lane(spec, endpoint_url, conn) as (contender, lane):
         conn.send(("ready", os.getpid()))
         for _ in range(100):  # rounds, bounded
             if not conn.poll(START_TIMEOUT + ROUND_CAP):
@@ -130,24 +123,9 @@ def worker(spec: cs.Spec, endpoint_url: str, conn: Any) -> None:
                     ok = False
                 done.append((acquired, releasing, time.time(), lane.token(handle), ok))
             conn.send(("result", os.getpid(), done, dict(errors), contender.counter.take()))
-    except Exception:
-        try:
-            conn.send(("error", traceback.format_exc()))
-        except Exception:
-            pass
-    finally:
-        if contender is not None:
-            try:
-                contender.close()
-            except Exception:
-                pass
 
 
-def jain(values: list[float]) -> float | None:
-    return (sum(values) ** 2 / (len(values) * sum(v * v for v in values))) if values and any(values) else None
-
-
-def run_round(
+def run_fault_round(
     workers: list[tuple[Any, Any]], proxy: FaultProxy, faulty: bool, cell: Cell, sections: int, hold: float
 ) -> dict[str, Any]:
     key = f"faults-{cell.lib}-{uuid.uuid4().hex[:8]}"
@@ -157,7 +135,7 @@ def run_round(
     try:
         for conn, _ in workers:
             conn.send(("go", key, sections, hold, start_at, start_at + ROUND_CAP))
-        results = [_expect(conn, "result", ROUND_CAP + 30) for conn, _ in workers]
+        results = [expect(conn, "result", ROUND_CAP + 30) for conn, _ in workers]
     finally:
         proxy.set_rates({})
     after = proxy.stats
@@ -220,23 +198,23 @@ def run_cell(
     """One fault-free and one faulted round with fresh workers (order per ``faulty_first``)."""
     pairs = [ctx.Pipe() for _ in range(procs)]
     processes = [
-        ctx.Process(target=worker, args=(cell.spec, proxy.endpoint_url, child), daemon=True) for _, child in pairs
+        ctx.Process(target=fault_worker, args=(cell.spec, proxy.endpoint_url, child), daemon=True) for _, child in pairs
     ]
     try:
         for process in processes:
             process.start()
         for conn, _ in pairs:
-            _expect(conn, "ready", START_TIMEOUT)
+            expect(conn, "ready", START_TIMEOUT)
         time.sleep(0.2)  # let the children's imports and connections settle
         return [
-            run_round(pairs, proxy, faulty, cell, sections, hold)
+            run_fault_round(pairs, proxy, faulty, cell, sections, hold)
             for faulty in ((True, False) if faulty_first else (False, True))
         ]
     finally:
-        _stop_children(processes, [conn for conn, _ in pairs])
+        stop_children(processes, [conn for conn, _ in pairs])
 
 
-def bench_server(
+def run_server(
     kind: str,
     cells: list[Cell],
     passes: int,
@@ -247,10 +225,8 @@ def bench_server(
     say: Callable[[str], None],
     deadline: float,
 ) -> dict[str, Any]:
-    from bench.engine import start_server
-
     result: dict[str, Any] = {"server": kind, "rounds": {cell.name: [] for cell in cells}, "errors": {}, "skipped": 0}
-    server = start_server(kind)
+    server = start_local_server(kind)
     proxy = FaultProxy(server.endpoint_url, max_seconds=7200, max_requests=10_000_000, seed=13)
     began = time.monotonic()
     try:
@@ -260,10 +236,7 @@ def bench_server(
         for lib in sorted({cell.lib for cell in cells}):  # a JIT-compiled server (DynamoDB Local) warms up
             run_cell(Cell(lib, "off"), server.endpoint_url, proxy, ctx, procs, sections, hold, False)
         for index in range(passes):
-            order = cells[index % len(cells) :] + cells[: index % len(cells)]
-            if index % 2:
-                order.reverse()
-            for cell in order:
+            for cell in rotated(cells, index):
                 if time.monotonic() >= deadline:
                     result["skipped"] += 1
                     continue
@@ -356,7 +329,7 @@ def tables(results: list[dict[str, Any]]) -> str:
                     f"\ndjango-dynlock / python-dynamodb-lock, fault-free, retries {retries}: **{ratio:.2f}x**"
                 )
         lines.append("")
-        lines.append(targets(result["server"], summary))
+        lines.append(target_lines(summary))
         if result.get("errors"):
             lines.append(f"\nfailed: {result['errors']}")
         if result.get("skipped"):
@@ -364,23 +337,29 @@ def tables(results: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def targets(server: str, summary: dict[str, Any]) -> str:
+def _verdict(met: bool | None) -> str:
+    return "met" if met else "MISSED"
+
+
+def target_lines(summary: dict[str, Any]) -> str:
+    """The issue's targets for this harness (``bench.targets``), per retry setting."""
     out = []
     for retries in RETRIES:
         row = summary.get(f"dynlock/retries-{retries}")
         if not row:
             continue
         ratio = row["fault_ratio"]
+        target = T.FAULTED_VS_FAULT_FREE
         out.append(
-            f"- faulted / fault-free, retries {retries}: {_num(ratio, '.2f')} (target >= {TARGET_FAULT_RATIO:.2f}: "
-            f"{'met' if ratio is not None and ratio >= TARGET_FAULT_RATIO else 'MISSED'})"
+            f"- faulted / fault-free, retries {retries}: {_num(ratio, '.2f')} (target >= {target.bound:.2f}: "
+            f"{_verdict(target.met(ratio))})"
         )
         vs = summary.get(f"vs_pdl/retries-{retries}")
         jain_clean = row["clean"]["jain"]
-        met = vs is not None and vs >= TARGET_VS_PDL and jain_clean is not None and jain_clean >= TARGET_JAIN
+        met = T.CONTENDED_VS_PEER.met(vs) and T.FAIRNESS.met(jain_clean)
         out.append(
             f"- vs python-dynamodb-lock, retries {retries}: {_num(vs, '.2f')}x, Jain {_num(jain_clean, '.2f')} "
-            f"(target >= {TARGET_VS_PDL}x with Jain >= {TARGET_JAIN}: {'met' if met else 'MISSED'})"
+            f"(target >= {T.CONTENDED_VS_PEER.bound:g}x with Jain >= {T.FAIRNESS.bound:g}: {_verdict(met)})"
         )
         safe = (
             row["clean"]["overlaps"]
@@ -392,7 +371,7 @@ def targets(server: str, summary: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def plot(results: list[dict[str, Any]], path: Path) -> None:
+def plot_faults(results: list[dict[str, Any]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -422,7 +401,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--servers", default=",".join(SERVERS), help="comma-separated: " + ", ".join(SERVERS))
+    parser.add_argument("--servers", default=",".join(SERVER_KINDS), help="comma-separated: " + ", ".join(SERVER_KINDS))
     parser.add_argument("--libs", default=",".join(LIBS), help="comma-separated: " + ", ".join(LIBS))
     parser.add_argument("--retries", default=",".join(RETRIES), help="comma-separated: on (4 attempts), off (1)")
     parser.add_argument(
@@ -432,13 +411,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sections", type=int, default=15, help="sections per process per round")
     parser.add_argument("--hold", type=float, default=5.0, help="ms inside each section")
     parser.add_argument("--budget", type=float, default=1500.0, help="seconds; cells after it are skipped")
+    parser.add_argument("--plot", type=Path, default=PLOT, help=f"PNG output (default {PLOT.relative_to(REPO_ROOT)})")
     parser.add_argument("--replot", metavar="JSON", help="redo the tables and the plot from a results file")
     args = parser.parse_args(argv)
 
     if args.replot:
         results = json.loads(Path(args.replot).read_text())["servers"]
         print(tables(results))
-        plot(results, PLOT)
+        plot_faults(results, args.plot)
         return 0
 
     cells = [Cell(lib, retries) for lib in args.libs.split(",") for retries in args.retries.split(",")]
@@ -453,21 +433,14 @@ def main(argv: list[str] | None = None) -> int:
     for kind in args.servers.split(","):
         say(f"{kind}: {len(cells)} cells x {args.passes} passes")
         results.append(
-            bench_server(kind, cells, args.passes, args.procs, args.sections, args.hold / 1000.0, ctx, say, deadline)
+            run_server(kind, cells, args.passes, args.procs, args.sections, args.hold / 1000.0, ctx, say, deadline)
         )
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    RESULTS_DIR.mkdir(parents=True, exist_ok=True)
-    out = RESULTS_DIR / f"faults-{stamp}.json"
-    out.write_text(
-        json.dumps(
-            {"args": vars(args), "fault_mix": FAULT_MIX, "delay_s": FAULT_DELAY, "servers": results},
-            indent=1,
-            default=str,
-        )
+    out = write_results(
+        {"args": vars(args), "fault_mix": FAULT_MIX, "delay_s": FAULT_DELAY, "servers": results}, None, "faults"
     )
     print(tables(results))
-    plot(results, PLOT)
-    say(f"results: {out.relative_to(REPO_ROOT)}; plot: {PLOT.relative_to(REPO_ROOT)}")
+    plot_faults(results, args.plot)
+    say(f"results: {out.relative_to(REPO_ROOT)}; plot: {args.plot}")
     return 0
 
 

@@ -6,6 +6,7 @@ Run from the repository root (loopback only; starts its own moto server unless g
     python -m bench.heartbeat_load                      # 1000 leases, 60 s, moto
     python -m bench.heartbeat_load --server dynalite
     python -m bench.heartbeat_load --leases 200 --seconds 10 --lease 6 --heartbeat 2
+    python -m bench.heartbeat_load --endpoint URL --server-pid PID --json FILE   # a server you started
 
 One LockClient (so one heartbeat thread) acquires ``--leases`` keys, holds them for
 ``--seconds`` and releases them. It reports:
@@ -43,10 +44,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 if str(REPO_ROOT) not in sys.path:
     sys.path.insert(0, str(REPO_ROOT))
 
-from django_dynlock.engine import ClientOptions, LockClient  # noqa: E402
-from django_dynlock.engine.options import merge_client_config  # noqa: E402
+from bench.clients import make_client, raw_client  # noqa: E402
 
-CREDENTIALS = {"aws_access_key_id": "testing", "aws_secret_access_key": "testing"}
 RENEWAL_PREFIX = "SET #rvn = :rvn, #seq = :seq, #lease_ms"  # the engine's renewal UpdateExpression
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -126,16 +125,7 @@ def run(
     progress: bool = False,
 ) -> dict[str, Any]:
     table = f"heartbeat-load-{uuid.uuid4().hex[:8]}"
-    options = ClientOptions(
-        table_name=table,
-        endpoint_url=endpoint_url,
-        region_name="us-east-1",
-        session_options=CREDENTIALS,
-        lease_duration=lease,
-        heartbeat_period=heartbeat,
-        client_config=merge_client_config(None),
-    )
-    client = LockClient(options)
+    client = make_client(endpoint_url, table_name=table, lease_duration=lease, heartbeat_period=heartbeat)
     events: Counter[str] = Counter()
     client.add_listener(
         lambda event, **info: events.update([event if event != "lost" else f"lost:{info.get('reason')}"])
@@ -189,13 +179,18 @@ def run(
     intervals = sorted(log.intervals(hold_start, hold_end))
 
     released = time.monotonic()
+    release_errors: Counter[str] = Counter()
     for one in held:
-        one.release()
+        try:
+            one.release()
+        except Exception as exc:  # a lease lost in the hold: counted above, and here
+            release_errors[type(exc).__name__] += 1
     release_seconds = time.monotonic() - released
     client.close()
     try:
-        client_boto = LockClient(options).boto
-        client_boto.delete_table(TableName=table)
+        raw = raw_client(endpoint_url)
+        raw.delete_table(TableName=table)
+        raw.close()
     except Exception:
         pass
 
@@ -218,6 +213,7 @@ def run(
         "renewals_failed_while_releasing": log.failed(hold_end, float("inf")),
         "leases_held_at_end": still_held,
         "leases_lost": leases - still_held,
+        "release_errors": dict(release_errors),
         "events": dict(events),
         "longest_gap_between_renewals": round(longest_gap, 2),
         "mean_interval_between_renewals": round(sum(intervals) / len(intervals), 3) if intervals else None,
@@ -239,6 +235,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--heartbeat", type=float, default=10.0, help="HEARTBEAT_PERIOD (default 10)")
     parser.add_argument("--server", choices=["moto", "dynalite"], default="moto")
     parser.add_argument("--endpoint", help="use this running server instead of starting one")
+    parser.add_argument(
+        "--server-pid", type=int, help="with --endpoint: the server's process id, to report its CPU time"
+    )
     parser.add_argument("--json", help="also write the results to this file")
     args = parser.parse_args(argv)
     if not 1 <= args.leases <= 100_000 or not 0 < args.seconds <= 3600:
@@ -250,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
         AWS_CONFIG_FILE=os.devnull, AWS_SHARED_CREDENTIALS_FILE=os.devnull, AWS_EC2_METADATA_DISABLED="true"
     )
     server = None
-    endpoint, server_pid = args.endpoint, None
+    endpoint, server_pid = args.endpoint, args.server_pid
     if endpoint is None:
         from localdynamo.servers import start_server
 

@@ -10,8 +10,8 @@ so that all of them are live). Then, each repeated and the median taken:
 - a raw Scan of 100-item pages (``Limit=100``, same filter), no parsing: what the
   page size costs (``leases(page_size=100)`` sends these);
 - the admin changelist's first page: GET with Django's test client, as a logged-in
-  superuser, in a child process (``python -m bench.admin_page``) running
-  ``tests.settings`` with DYNLOCK pointed at the server.
+  superuser, in a child process (``python -m bench.admin_page``) running the demo
+  project's settings with DYNLOCK pointed at the server.
 
 python-dynamodb-lock and dyndbmutex have no listing API (only a raw Scan of their
 tables would do), so they have no row here.
@@ -28,7 +28,9 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
-from bench.engine import REGION, SESSION_OPTIONS, BenchError, make_client, median
+from bench.children import BenchError
+from bench.clients import boto_session, make_client
+from bench.stats import median
 from django_dynlock.engine import items as it
 
 LIST_TABLE = "dynlock_bench_list"
@@ -36,11 +38,9 @@ PREFIX = "list-"
 
 
 def _boto(endpoint_url: str, read_timeout: float = 60.0) -> Any:
-    import boto3
     from botocore.config import Config
 
-    session = boto3.session.Session(region_name=REGION, **SESSION_OPTIONS)
-    return session.client(
+    return boto_session().client(
         "dynamodb",
         endpoint_url=endpoint_url,
         config=Config(
@@ -198,18 +198,12 @@ def measure_admin(endpoint_url: str, gets: int) -> dict[str, Any]:
     """The changelist's first page, timed in a child process (Django set up there)."""
     from localdynamo.servers import REPO_ROOT, server_env
 
-    env = server_env(
-        {
-            "DYNLOCK_TEST_ENDPOINT_URL": endpoint_url,
-            "DYNLOCK_TEST_TABLE": LIST_TABLE,
-            "DJANGO_SETTINGS_MODULE": "tests.settings",
-            "PYTHONPATH": str(REPO_ROOT),
-        }
-    )
+    env = server_env({"PYTHONPATH": str(REPO_ROOT)})
     env.pop("AWS_ENDPOINT_URL_DYNAMODB", None)
+    env.pop("DJANGO_SETTINGS_MODULE", None)
     try:
         proc = subprocess.run(
-            [sys.executable, "-m", "bench.admin_page", str(gets)],
+            [sys.executable, "-m", "bench.admin_page", endpoint_url, LIST_TABLE, str(gets)],
             cwd=str(REPO_ROOT),
             env=env,
             capture_output=True,

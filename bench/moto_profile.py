@@ -2,7 +2,7 @@
 
 On moto server our acquire costs several times a PutItem (``python -m bench``'s
 request table); on DynamoDB Local and dynalite it does not. This runs the engine's own
-acquire and release (``bench.engine.Floor``, the same expressions) against moto's
+acquire and release (``bench.floor.Floor``, the same expressions) against moto's
 in-process ``mock_aws`` under cProfile, and splits moto's time by what it was doing.
 Shares of one process's CPU, so the busy machine does not skew them much.
 
@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing", AWS_DEFAULT_REGION="us-east-1")
     from moto import mock_aws
 
-    from bench.engine import Floor, make_client
+    from bench.clients import make_client
+    from bench.floor import Floor
     from django_dynlock.engine.options import merge_client_config
 
     with mock_aws():
@@ -49,13 +50,11 @@ def main(argv: list[str] | None = None) -> int:
         client.close()
         floor = Floor(None, merge_client_config(None))
         for _ in range(20):  # the item grows its slots and ring, as a lock's item does
-            owner, token = floor.acquire("profiled")
-            floor.release("profiled", owner, token)
+            floor.cycle("profiled")
         profile = cProfile.Profile()
         profile.enable()
         for _ in range(args.cycles):
-            owner, token = floor.acquire("profiled")
-            floor.release("profiled", owner, token)
+            floor.cycle("profiled")
         profile.disable()
         floor.close()
 

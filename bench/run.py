@@ -21,8 +21,10 @@ and dyndbmutex (see ``bench/contenders.py`` for exactly how each is driven):
 5. Crash takeover: the holder is SIGKILLed, a waiting process takes over.
 6. Listing 10 000 live leases: ``LockClient.leases()`` vs raw Scans; the admin page.
 
-It prints markdown tables, writes the raw results to ``bench/results/bench-<timestamp>.json``
-and the plots to ``docs/img/bench-*.png``. Every loop is bounded in count and time;
+It prints markdown tables (with the issue's targets of ``bench/targets.py``, met or
+missed), writes the raw results to ``bench/results/bench-<timestamp>.json`` and the plots
+to ``docs/img/bench-*.png`` (``bench-vs-floor.png``: django-dynlock against the floor and
+the physical limit). Every loop is bounded in count and time;
 a phase that would start after the time budget is skipped and reported as such.
 """
 
@@ -33,6 +35,8 @@ import json
 import logging
 import multiprocessing
 import os
+import platform
+import subprocess
 import sys
 import threading
 import time
@@ -42,11 +46,24 @@ from pathlib import Path
 from typing import Any
 
 from bench import contenders as cs
-from bench import engine, listing, report, suite
+from bench import listing, report, suite
+from bench.clients import start_local_server
+from bench.floor import floor_differences
+from bench.output import IMG_DIR, REPO_ROOT, write_results
+from bench.rounds import rotated, run_phase
+from django_dynlock.engine.options import ClientOptions
 from localdynamo.servers import SERVER_KINDS
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-IMG_DIR = REPO_ROOT / "docs" / "img"
+# The versions recorded with every run: result name -> distribution.
+VERSIONS = {
+    "boto3": "boto3",
+    "botocore": "botocore",
+    "moto": "moto",
+    "django": "Django",
+    "matplotlib": "matplotlib",
+    "python_dynamodb_lock": "python-dynamodb-lock",
+    "dyndbmutex": "dyndbmutex",
+}
 
 
 @dataclass(frozen=True)
@@ -117,7 +134,7 @@ def bench_server(
 ) -> dict[str, Any]:
     result: dict[str, Any] = {"server": kind, "errors": {}, "skipped": [], "tables": {}}
     began = time.monotonic()
-    server = engine.start_server(kind)
+    server = start_local_server(kind)
     endpoint = server.endpoint_url
     result["endpoint"] = endpoint
     try:
@@ -127,13 +144,15 @@ def bench_server(
         def phase(name: str, fn: Callable[[], Any]) -> Any:
             if only is not None and name.split(":")[0] not in only:
                 return None
-            return engine.run_phase(result, kind, name, fn, deadline, say)
+            return run_phase(result, kind, name, fn, deadline, say)
 
-        result["floor_check"] = engine.engine_requests_match(endpoint)
+        result["floor_check"] = floor_differences(endpoint)
         if result["floor_check"]:
             say(f"  {kind}: WARNING: the floor's requests differ from the engine's: {result['floor_check']}")
         result["calls"] = phase("calls", lambda: suite.measure_calls(endpoint, list(cs.ALL), plan.calls_cycles))
-        result["dynlock_calls"] = phase("calls:dynlock", lambda: engine.measure_calls(endpoint, {}))
+        result["dynlock_calls"] = phase(
+            "calls:dynlock", lambda: suite.measure_dynlock_calls(endpoint, plan.calls_cycles)
+        )
         result["heartbeats"] = phase(
             "heartbeats",
             lambda: suite.measure_heartbeats(
@@ -156,7 +175,7 @@ def bench_server(
             )
             if value is not None:
                 result["uncontended"][str(threads)] = value
-        result["rtt"] = phase("rtt", lambda: engine.measure_rtt(endpoint, plan.rtt_calls))
+        result["rtt"] = phase("rtt", lambda: suite.measure_rtt(endpoint, plan.rtt_calls))
         result["requests"] = phase(
             "requests", lambda: suite.measure_request_costs(endpoint, 4 if plan.mode == "quick" else 6)
         )
@@ -232,10 +251,7 @@ def interleaved(
     out: dict[str, list[Any]] = {name: [] for name in names}
     t0 = time.monotonic()
     for index in range(rounds):
-        order = names[index % len(names) :] + names[: index % len(names)] if names else []
-        if index % 2:
-            order.reverse()
-        for name in order:
+        for name in rotated(names, index):
             if f"{what}:{name}" in result["errors"]:
                 continue
             if time.monotonic() >= deadline:
@@ -250,9 +266,10 @@ def interleaved(
     return out
 
 
-def _kill_after(spec: cs.Spec) -> tuple[float, float]:
+def _crash_trials(spec: cs.Spec, trials: int, cap: float) -> suite.CrashTrials:
+    """The holder is killed 1.5 to 2.5 heartbeats after it acquired: after a renewal."""
     beat = spec.heartbeat or 1.0
-    return (1.5 * beat, 2.5 * beat)
+    return suite.CrashTrials(spec, trials, (1.5 * beat, 2.5 * beat), cap)
 
 
 def run_crash(
@@ -277,7 +294,7 @@ def run_crash(
 
         def run_slow() -> None:
             try:
-                slow["value"] = suite.measure_crash(endpoint, spec, ctx, 1, _kill_after(spec), 120.0, say)
+                slow["value"] = suite.measure_crash(endpoint, _crash_trials(spec, 1, 120.0), ctx, say)
             except Exception as exc:
                 slow["error"] = f"{type(exc).__name__}: {exc}"
 
@@ -290,7 +307,7 @@ def run_crash(
         t0 = time.monotonic()
         try:
             result["crash"][name] = suite.measure_crash(
-                endpoint, spec, ctx, plan.crash_trials, _kill_after(spec), 60.0, say
+                endpoint, _crash_trials(spec, plan.crash_trials, 60.0), ctx, say
             )
             say(f"  {result['server']}: crash:{name} done in {time.monotonic() - t0:.1f}s")
         except Exception as exc:
@@ -304,9 +321,8 @@ def run_crash(
         spec = suite.CRASH_SPECS[name]
         trials = plan.crash_trials if name != "pdl-fast" else 1  # it never gets there: one capped trial shows it
         try:
-            result["crash_one_shot"][name] = suite.measure_crash_one_shot(
-                endpoint, spec, ctx, trials, _kill_after(spec), (spec.lease or 0.0) + 10.0, say
-            )
+            crash = _crash_trials(spec, trials, (spec.lease or 0.0) + 10.0)
+            result["crash_one_shot"][name] = suite.measure_crash_one_shot(endpoint, crash, ctx, say)
         except Exception as exc:
             result["errors"][f"crash_one_shot:{name}"] = f"{type(exc).__name__}: {exc}"
             say(f"  {result['server']}: crash_one_shot:{name} FAILED: {exc}")
@@ -318,14 +334,81 @@ def run_crash(
             result["errors"]["crash:pdl-default"] = slow.get("error", "did not finish in 150 s")
 
 
-def meta(argv: list[str]) -> dict[str, Any]:
-    data = engine.meta()
-    data["command"] = " ".join(["python -m bench", *argv])
-    data["python_dynamodb_lock"] = engine._version("python-dynamodb-lock")
-    data["dyndbmutex"] = engine._version("dyndbmutex")
-    try:  # which engine was measured: it changes often
-        import subprocess
+class LogCollector(logging.Handler):
+    """Keeps the engine's warnings (e.g. 'no item on a failed condition') for the report."""
 
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        message = f"{record.levelname}: {record.getMessage()}"
+        if message not in self.messages and len(self.messages) < 50:
+            self.messages.append(message)
+
+
+def print_problems(results: dict[str, Any], engine_log: list[str]) -> bool:
+    """Print failed and skipped phases and the engine's log lines; whether any phase failed."""
+    failed = False
+    for s in results["servers"]:
+        for name, error in s["errors"].items():
+            failed = True
+            print(f"\n{s['server']}: {name} failed: {error}")
+        if s["skipped"]:
+            print(f"\n{s['server']}: skipped (time budget): {', '.join(s['skipped'])}")
+    if engine_log:
+        print("\nengine log:\n" + "\n".join(f"- {m}" for m in engine_log))
+    return failed
+
+
+def _version(distribution: str) -> str | None:
+    try:
+        from importlib.metadata import version
+
+        return version(distribution)
+    except Exception:
+        return None
+
+
+def _first_line(command: list[str]) -> str | None:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=10).stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def meta(argv: list[str]) -> dict[str, Any]:
+    """The machine, the versions measured and the command, for the record."""
+    cpu = None
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    dynalite = None
+    try:
+        dynalite = json.loads((REPO_ROOT / "node_modules" / "dynalite" / "package.json").read_text())["version"]
+    except (OSError, ValueError, KeyError):
+        pass
+    import django_dynlock
+
+    data: dict[str, Any] = {
+        "started": time.strftime("%Y-%m-%d %H:%M:%S"),
+        "cpus": os.cpu_count(),
+        "cpu_model": cpu,
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "django_dynlock": django_dynlock.__version__,
+        **{name: _version(dist) for name, dist in VERSIONS.items()},
+        "dynalite": dynalite,
+        "node": _first_line(["node", "--version"]),
+        "command": " ".join(["python -m bench", *argv]),
+        # Other work on the machine skews absolute figures (ratios less so).
+        "loadavg_start": os.getloadavg() if hasattr(os, "getloadavg") else None,
+    }
+    try:  # which engine was measured: it changes often
         head = subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=10
         )
@@ -373,11 +456,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--crash-trials", type=int, default=None, help="crash trials per library (default 3; quick 2)")
     parser.add_argument("--leases", type=int, default=None, help="leases to list (default 10000; quick 2000)")
     parser.add_argument(
+        "--dynlock-min-retry-delay",
+        type=float,
+        default=None,
+        metavar="MS",
+        help=f"sensitivity: django-dynlock's MIN_RETRY_DELAY (ms) instead of its default {ClientOptions.min_retry_delay * 1000:g}",
+    )
+    parser.add_argument(
         "--dynlock-max-retry-delay",
         type=float,
         default=None,
         metavar="MS",
-        help="sensitivity: django-dynlock's MAX_RETRY_DELAY (ms) instead of its default 50",
+        help=f"sensitivity: django-dynlock's MAX_RETRY_DELAY (ms) instead of its default {ClientOptions.max_retry_delay * 1000:g}",
     )
     parser.add_argument(
         "--pdl-fast-retry",
@@ -429,6 +519,7 @@ def main(argv: list[str] | None = None) -> int:
             parser.error("--libs takes a comma-separated list of dynlock, pdl-default, pdl-fast, dyndbmutex")
     plan = make_plan(args)
     cs.configure(
+        dynlock_min_retry_delay=None if args.dynlock_min_retry_delay is None else args.dynlock_min_retry_delay / 1000.0,
         dynlock_max_retry_delay=None if args.dynlock_max_retry_delay is None else args.dynlock_max_retry_delay / 1000.0,
         pdl_fast_retry=None if args.pdl_fast_retry is None else args.pdl_fast_retry / 1000.0,
     )
@@ -440,7 +531,7 @@ def main(argv: list[str] | None = None) -> int:
         print(message, file=sys.stderr, flush=True)
 
     cs.quiet_peer_logs()
-    collector = engine.LogCollector()
+    collector = LogCollector()
     logging.getLogger("django_dynlock").addHandler(collector)
     logging.getLogger("django_dynlock").propagate = False
     # Children fork from a server process that has imported boto3 and the libraries once:
@@ -476,9 +567,9 @@ def main(argv: list[str] | None = None) -> int:
     results["meta"]["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     results["engine_log"] = collector.messages
 
-    json_path = engine.write_results(results, args.json, "bench")
+    json_path = write_results(results, args.json, "bench")
     print(report.markdown(results))
-    failed = engine.print_problems(results, collector.messages)
+    failed = print_problems(results, collector.messages)
     print(f"\nraw results: {json_path}")
     if not args.no_plot:
         for path in report.plot_all(results, args.img_dir):

@@ -1,7 +1,7 @@
 """The side-by-side measurements: django-dynlock, the raw boto3 floor and the peers.
 
 Every function here measures one figure for several contenders against one server,
-in one run; ``bench.__main__`` runs them per server and ``bench.report`` turns the
+in one run; ``bench.run`` (``python -m bench``) runs them per server and ``bench.report`` turns the
 results into tables and plots. Every loop is bounded in count and in time.
 """
 
@@ -12,62 +12,39 @@ import contextlib
 import os
 import random
 import signal
-import statistics
 import time
-import traceback
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
+from bench import targets
+from bench.children import (
+    CHILD_REPLY_TIMEOUT,
+    CHILD_START_TIMEOUT,
+    BenchError,
+    child_lane,
+    close_quietly,
+    expect,
+    stop_children,
+)
+from bench.clients import TABLE, make_client, raw_client
 from bench.contenders import (
     DYNLOCK,
-    FLOOR,
     MUTEX,
     PDL_DEFAULT,
     PDL_FASTEST,
     Contender,
+    EventCounter,
     Spec,
     crash_spec,
     make_contender,
     new_fresh_mutex_calls,
-    quiet_peer_logs,
 )
-from bench.engine import BenchError, _expect, _stop_children, median, percentile, quiet_engine_logs, run_round
-
-CHILD_REPLY_TIMEOUT = 30.0
-CHILD_START_TIMEOUT = 90.0
-
-
-def _send_error(conn: Any) -> None:
-    try:
-        conn.send(("error", traceback.format_exc(limit=6)))
-    except Exception:
-        pass
-
-
-def _close(contender: Contender) -> None:
-    try:
-        contender.close()
-    except Exception:
-        pass
-
-
-@contextlib.contextmanager
-def _child_lane(spec: Spec, endpoint_url: str, conn: Any) -> Iterator[tuple[Contender, Any]]:
-    """In a child process: a contender and its first lane. A failure goes to the parent
-    as ``("error", traceback)`` instead of killing the child silently."""
-    quiet_peer_logs()
-    quiet_engine_logs()
-    contender = None
-    try:
-        contender = make_contender(spec, endpoint_url)
-        yield contender, contender.lane(0)
-    except Exception:
-        _send_error(conn)
-    finally:
-        if contender is not None:
-            _close(contender)
-
+from bench.floor import Floor
+from bench.rounds import rotated, run_round
+from bench.stats import jain, latency_summary, median, percentile
+from django_dynlock.engine.options import merge_client_config
 
 # -- 1. API calls --------------------------------------------------------------------
 
@@ -122,9 +99,54 @@ def measure_calls(endpoint_url: str, specs: list[Spec], cycles: int = 20) -> dic
                 row["fresh_object_total"] = sum(fresh.values()) / cycles
             out[spec.name] = row
         finally:
-            _close(contender)
-            _close(other)
+            close_quietly(contender)
+            close_quietly(other)
     return out
+
+
+def measure_dynlock_calls(endpoint_url: str, cycles: int = 20) -> dict[str, Any]:
+    """django-dynlock in more detail: calls per acquire+release of a new key (the acquire
+    creates the item), per failed try_acquire on a key another client holds, and on a
+    key this same client holds (its in-process gate answers)."""
+    client, other = make_client(endpoint_url), make_client(endpoint_url)
+    counter = EventCounter()
+    counter.attach(client.boto.meta.events)
+    try:
+        client.acquire("calls-warm").release()
+        counter.take()
+        for i in range(cycles):
+            client.acquire(f"calls-new-{uuid.uuid4().hex[:8]}-{i}").release()
+        fresh = counter.take()
+
+        held = other.acquire("calls-busy")
+        for _ in range(cycles):
+            if client.try_acquire("calls-busy") is not None:
+                raise BenchError("try_acquire got a key that another client holds")
+        failed = counter.take()
+
+        mine = client.acquire("calls-mine")
+        counter.take()
+        for _ in range(cycles):
+            if client.try_acquire("calls-mine") is not None:
+                raise BenchError("try_acquire got a key this client holds")
+        local = counter.take()
+        mine.release()
+        held.release()
+    finally:
+        client.close()
+        other.close()
+
+    def per(calls: dict[str, int]) -> dict[str, float]:
+        return {op: n / cycles for op, n in sorted(calls.items())}
+
+    return {
+        "cycles": cycles,
+        "acquire_release_new_key": per(fresh),
+        "acquire_release_new_key_total": sum(fresh.values()) / cycles,
+        "failed_try_acquire": per(failed),
+        "failed_try_acquire_total": sum(failed.values()) / cycles,
+        "failed_try_acquire_same_process_total": sum(local.values()) / cycles,
+    }
 
 
 # -- 2. calls per heartbeat --------------------------------------------------------------
@@ -145,7 +167,7 @@ def measure_heartbeats(endpoint_url: str, specs: list[Spec], hold: float) -> dic
     out: dict[str, Any] = {}
     errors: list[str] = []
 
-    def run(spec: Spec) -> None:
+    def hold_one(spec: Spec) -> None:
         contender = make_contender(spec, endpoint_url)
         try:
             lane = contender.lane(0)
@@ -172,9 +194,9 @@ def measure_heartbeats(endpoint_url: str, specs: list[Spec], hold: float) -> dic
         except Exception as exc:
             errors.append(f"{spec.name}: {type(exc).__name__}: {exc}")
         finally:
-            _close(contender)
+            close_quietly(contender)
 
-    threads = [threading.Thread(target=run, args=(spec,), daemon=True) for spec in specs if spec.heartbeat]
+    threads = [threading.Thread(target=hold_one, args=(spec,), daemon=True) for spec in specs if spec.heartbeat]
     for thread in threads:
         thread.start()
     for thread in threads:
@@ -226,14 +248,11 @@ def measure_uncontended(
             n = int(max(5 * threads, min(20_000, calibration["rate"] * round_seconds)))
             per_round[name] = n - n % threads
         for index in range(rounds):
-            order = names[index % len(names) :] + names[: index % len(names)]
-            if index % 2:
-                order.reverse()
-            for name in order:
+            for name in rotated(names, index):
                 rounds_of[name].append(run_round(cycles_of(contenders[name]), threads, per_round[name], round_cap))
     finally:
         for contender in contenders.values():
-            _close(contender)
+            close_quietly(contender)
     out: dict[str, Any] = {"threads": threads, "rounds": rounds, "contenders": {}}
     for name in names:
         rates = [r["rate"] for r in rounds_of[name]]
@@ -250,7 +269,41 @@ def measure_uncontended(
     return out
 
 
-# -- 3b. what each request costs the server -----------------------------------------------
+# -- 3b. round trip of one UpdateItem, idle ------------------------------------------------
+
+
+def measure_rtt(endpoint_url: str, calls: int, cap: float = 15.0) -> dict[str, Any]:
+    """The floor's acquire and release, one after the other on one key: the round trip
+    of the engine's UpdateItems on an idle server (the contended limit's RTT)."""
+    floor = Floor(endpoint_url, merge_client_config(None))
+    acquires: list[float] = []
+    releases: list[float] = []
+    try:
+        floor.cycle("rtt")  # warm-up
+        stop_at = time.perf_counter() + cap
+        for _ in range(calls // 2):
+            t0 = time.perf_counter()
+            owner, token = floor.acquire("rtt")
+            t1 = time.perf_counter()
+            floor.release("rtt", owner, token)
+            t2 = time.perf_counter()
+            acquires.append(t1 - t0)
+            releases.append(t2 - t1)
+            if t2 >= stop_at:
+                break
+    finally:
+        floor.close()
+    both = acquires + releases
+    return {
+        "calls": len(both),
+        "median_ms": median(both) * 1000,
+        "p95_ms": percentile(both, 95) * 1000,
+        "acquire_median_ms": median(acquires) * 1000,
+        "release_median_ms": median(releases) * 1000,
+    }
+
+
+# -- 3c. what each request costs the server -----------------------------------------------
 
 MINIMAL_ACQUIRE_CONDITION = "attribute_not_exists(#owner) OR #owner = :me"
 MINIMAL_ACQUIRE_UPDATE = "SET #owner = :me, #fence = if_not_exists(#fence, :base) + :one"
@@ -310,19 +363,12 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
     an operator's break of a held key. Every request, the library's and the raw ones, is
     timed by the same botocore hooks (``RequestTimer``).
     """
-    import boto3
-
-    from bench.engine import REGION, SESSION_OPTIONS, TABLE, Floor, make_client
-    from django_dynlock.engine.options import merge_client_config
-
     run_id = uuid.uuid4().hex[:6]
     lib, rival, operator = (make_client(endpoint_url) for _ in range(3))
     timer = RequestTimer(lib.boto)
     rival_timer, operator_timer = RequestTimer(rival.boto), RequestTimer(operator.boto)
     floor = Floor(endpoint_url, merge_client_config(None))
-    raw = boto3.session.Session(**SESSION_OPTIONS).client(
-        "dynamodb", endpoint_url=endpoint_url, region_name=REGION, config=merge_client_config(None)
-    )
+    raw = raw_client(endpoint_url)
     # The raw requests are timed by the same hooks as the library's, under the name of
     # the variant being sent; the floor's releases are not counted.
     label: list[str | None] = [None]
@@ -440,7 +486,7 @@ def measure_request_costs(endpoint_url: str, rounds: int = 6, per_round: int = 2
 
 def handoff_holder(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) -> None:
     """Child: acquire on request, release on request (time.time() taken just before)."""
-    with _child_lane(spec, endpoint_url, conn) as (_, lane):
+    with child_lane(spec, endpoint_url, conn) as (_, lane):
         conn.send(("ready",))
         handle = None
         for _ in range(max_messages):
@@ -464,7 +510,7 @@ def handoff_holder(spec: Spec, endpoint_url: str, conn: Any, max_messages: int) 
 
 def waiter_child(spec: Spec, endpoint_url: str, conn: Any, max_messages: int, idle_timeout: float) -> None:
     """Child: on request, block in acquire (with wait) and report when it returned."""
-    with _child_lane(spec, endpoint_url, conn) as (contender, lane):
+    with child_lane(spec, endpoint_url, conn) as (contender, lane):
         conn.send(("ready",))
         for _ in range(max_messages):
             if not conn.poll(idle_timeout):
@@ -514,26 +560,22 @@ def measure_handoff(
     try:
         for process in processes:
             process.start()
-        _expect(holder_conn, "ready", CHILD_START_TIMEOUT)
-        _expect(waiter_conn, "ready", CHILD_START_TIMEOUT)
+        expect(holder_conn, "ready", CHILD_START_TIMEOUT)
+        expect(waiter_conn, "ready", CHILD_START_TIMEOUT)
         stop_at = time.monotonic() + cap
         for index in range(samples):
             if time.monotonic() >= stop_at:
                 break
             key = f"handoff-{spec.name}-{run_id}-{index}"
             holder_conn.send(("acquire", key))
-            _expect(holder_conn, "held")
+            expect(holder_conn, "held")
             waiter_conn.send(("wait", key, wait))
-            _expect(waiter_conn, "waiting")
+            expect(waiter_conn, "waiting")
             held = rng.uniform(*hold)
             time.sleep(held)
             holder_conn.send(("release",))
-            _, sent = _expect(holder_conn, "released")
-            if not waiter_conn.poll(wait + CHILD_REPLY_TIMEOUT):
-                raise BenchError("waiter did not answer")
-            message = waiter_conn.recv()
-            if message[0] == "error":
-                raise BenchError(f"child failed:\n{message[1]}")
+            _, sent = expect(holder_conn, "released")
+            message = expect(waiter_conn, ("got", "timeout"), wait + CHILD_REPLY_TIMEOUT)
             if message[0] == "timeout":
                 timeouts += 1
                 continue
@@ -547,7 +589,7 @@ def measure_handoff(
                 }
             )
     finally:
-        _stop_children(processes, [holder_conn, waiter_conn])
+        stop_children(processes, [holder_conn, waiter_conn])
     latencies = [r["latency_ms"] for r in rows]
     return {
         "samples": rows,
@@ -557,11 +599,7 @@ def measure_handoff(
         "timeouts": timeouts,
         "seconds": time.monotonic() - began,
         "hold_range_ms": [x * 1000 for x in hold],
-        "p50_ms": percentile(latencies, 50),
-        "p95_ms": percentile(latencies, 95),
-        "mean_ms": statistics.fmean(latencies) if latencies else None,
-        "min_ms": min(latencies) if latencies else None,
-        "max_ms": max(latencies) if latencies else None,
+        **latency_summary(latencies),
         "waiter_calls_median": median([r["waiter_calls_total"] for r in rows]),
     }
 
@@ -571,7 +609,7 @@ def measure_handoff(
 
 def contended_worker(spec: Spec, endpoint_url: str, key: str, hold: float, conn: Any) -> None:
     """Child: acquire -> sleep(hold) -> release on one key until the window ends."""
-    with _child_lane(spec, endpoint_url, conn) as (contender, lane):
+    with child_lane(spec, endpoint_url, conn) as (contender, lane):
         lane.prepare(key)
         conn.send(("ready", os.getpid()))
         if not conn.poll(CHILD_START_TIMEOUT * 2):
@@ -611,15 +649,15 @@ def measure_contended(
         for process in processes:
             process.start()
         for conn, _ in pairs:
-            _expect(conn, "ready", CHILD_START_TIMEOUT)
+            expect(conn, "ready", CHILD_START_TIMEOUT)
         start_at = time.time() + 0.3
         end_at = start_at + window
         for conn, _ in pairs:
             conn.send(("go", start_at, end_at))
         for conn, _ in pairs:
-            results.append(_expect(conn, "result", window + 60))
+            results.append(expect(conn, "result", window + 60))
     finally:
-        _stop_children(processes, [conn for conn, _ in pairs])
+        stop_children(processes, [conn for conn, _ in pairs])
 
     sections = []  # (tried, acquired, releasing, released, pid, token)
     per_process = []
@@ -642,7 +680,6 @@ def measure_contended(
     limit = 1.0 / (hold + 2 * rtt_ms / 1000.0) if rtt_ms else None
     loaded_rtt = percentile(release_rtts, 50)
     counts = sorted(per_process)
-    jain = (sum(counts) ** 2 / (len(counts) * sum(c * c for c in counts))) if counts and any(counts) else None
     return {
         "processes": procs,
         "hold_ms": hold * 1000,
@@ -653,7 +690,7 @@ def measure_contended(
         "limit_per_s": limit,
         "ratio": rate / limit if limit else None,
         "per_process": counts,
-        "fairness_jain": jain,
+        "fairness_jain": jain(counts),
         "overlaps": overlaps,
         "duplicate_tokens": duplicate_tokens,
         "acquire_wait_p50_ms": percentile(waits, 50),
@@ -686,11 +723,7 @@ def combine_handoff(blocks: list[dict[str, Any]]) -> dict[str, Any]:
         "timeouts": sum(b["timeouts"] for b in blocks),
         "seconds": sum(b["seconds"] for b in blocks),
         "hold_range_ms": blocks[0]["hold_range_ms"] if blocks else None,
-        "p50_ms": percentile(latencies, 50),
-        "p95_ms": percentile(latencies, 95),
-        "mean_ms": statistics.fmean(latencies) if latencies else None,
-        "min_ms": min(latencies) if latencies else None,
-        "max_ms": max(latencies) if latencies else None,
+        **latency_summary(latencies),
         "waiter_calls_median": median([r["waiter_calls_total"] for r in rows]),
     }
 
@@ -724,7 +757,7 @@ def combine_contended(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def crash_holder(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
     """Child: acquire ``key``, say so, then idle (heartbeats running) until killed."""
-    with _child_lane(spec, endpoint_url, conn) as (_, lane):
+    with child_lane(spec, endpoint_url, conn) as (_, lane):
         lane.prepare(key)
         handle = lane.acquire(key, 5.0)
         if handle is None:
@@ -749,7 +782,7 @@ def _killed_holder(
     holder = ctx.Process(target=crash_holder, args=(spec, endpoint_url, key, holder_child), daemon=True)
     try:
         holder.start()
-        _, acquired = _expect(holder_conn, "held", CHILD_START_TIMEOUT)
+        _, acquired = expect(holder_conn, "held", CHILD_START_TIMEOUT)
         when_held()
         time.sleep(max(0.0, acquired + delay - time.time()))
         killed = time.time()
@@ -762,18 +795,26 @@ def _killed_holder(
             holder.join(5)
 
 
+@dataclass(frozen=True)
+class CrashTrials:
+    """What a crash measurement does: ``trials`` holders configured as ``spec``, each
+    SIGKILLed ``kill_after`` s (uniformly within the range) after it acquired; ``cap``:
+    seconds after which no further trial starts (a waiter), or after the kill the fresh
+    processes give up (one-shot)."""
+
+    spec: Spec
+    trials: int
+    kill_after: tuple[float, float]
+    cap: float
+
+
 def measure_crash(
-    endpoint_url: str,
-    spec: Spec,
-    ctx: Any,
-    trials: int,
-    kill_after: tuple[float, float],
-    cap: float,
-    say: Callable[[str], None] | None = None,
+    endpoint_url: str, plan: CrashTrials, ctx: Any, say: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """A holder acquires with the crash lease, is SIGKILLed ``kill_after`` s later; a waiter
     (another process, already waiting) reports when it got the key. Takeover = its
     time.time() then minus ours just before the kill."""
+    spec, trials, kill_after, cap = plan.spec, plan.trials, plan.kill_after, plan.cap
     lease = spec.lease or 0.0
     wait = lease + 20.0
     waiter_conn, waiter_child = ctx.Pipe()
@@ -785,7 +826,7 @@ def measure_crash(
     began = time.monotonic()
     try:
         waiter.start()
-        _expect(waiter_conn, "ready", CHILD_START_TIMEOUT)
+        expect(waiter_conn, "ready", CHILD_START_TIMEOUT)
         for index in range(trials):
             if index and time.monotonic() - began >= cap:
                 break
@@ -793,17 +834,13 @@ def measure_crash(
 
             def start_waiting(key: str = key) -> None:
                 waiter_conn.send(("wait", key, wait))
-                _expect(waiter_conn, "waiting")
+                expect(waiter_conn, "waiting")
 
             with _killed_holder(spec, endpoint_url, ctx, key, rng.uniform(*kill_after), start_waiting) as (
                 acquired,
                 killed,
             ):
-                if not waiter_conn.poll(wait + CHILD_REPLY_TIMEOUT):
-                    raise BenchError("crash waiter did not answer")
-                message = waiter_conn.recv()
-                if message[0] == "error":
-                    raise BenchError(f"child failed:\n{message[1]}")
+                message = expect(waiter_conn, ("got", "timeout"), wait + CHILD_REPLY_TIMEOUT)
                 if message[0] == "timeout":
                     errors.append(f"trial {index}: waiter timed out after {wait:g} s")
                     continue
@@ -820,7 +857,16 @@ def measure_crash(
                 if say:
                     say(f"    {spec.name}: crash trial {index + 1}: takeover {got - killed:.2f} s")
     finally:
-        _stop_children([waiter], [waiter_conn])
+        stop_children([waiter], [waiter_conn])
+    return _takeovers(spec, rows, errors, kill_after, targets.CRASH_TAKEOVER)
+
+
+def _takeovers(
+    spec: Spec, rows: list[dict[str, Any]], errors: list[str], kill_after: tuple[float, float], target: targets.Target
+) -> dict[str, Any]:
+    """The trials of a crash measurement and their takeover times, against ``target``
+    (seconds after the lease)."""
+    lease = spec.lease or 0.0
     takeovers = [r["takeover_s"] for r in rows]
     return {
         "lease_s": lease,
@@ -833,13 +879,13 @@ def measure_crash(
         "median_s": median(takeovers),
         "min_s": min(takeovers) if takeovers else None,
         "max_s": max(takeovers) if takeovers else None,
-        "target_s": lease + 1.0,
+        "target_s": lease + target.bound,
     }
 
 
 def crash_one_shot(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
     """Child: a fresh process (a cron run, a new worker) that makes one attempt on ``key``."""
-    with _child_lane(spec, endpoint_url, conn) as (_, lane):
+    with child_lane(spec, endpoint_url, conn) as (_, lane):
         lane.prepare(key)
         sent = time.time()
         handle = lane.acquire(key, 0.0)
@@ -849,18 +895,12 @@ def crash_one_shot(spec: Spec, endpoint_url: str, key: str, conn: Any) -> None:
 
 
 def measure_crash_one_shot(
-    endpoint_url: str,
-    spec: Spec,
-    ctx: Any,
-    trials: int,
-    kill_after: tuple[float, float],
-    cap: float,
-    say: Callable[[str], None] | None = None,
+    endpoint_url: str, plan: CrashTrials, ctx: Any, say: Callable[[str], None] | None = None
 ) -> dict[str, Any]:
     """A holder is SIGKILLed; then fresh processes, one after another, each make one attempt
     until one gets the key (or ``cap`` seconds pass). Takeover = the send time of the
     winning attempt minus the kill time; ``attempts`` = how many processes it took."""
-    lease = spec.lease or 0.0
+    spec, trials, kill_after, cap = plan.spec, plan.trials, plan.kill_after, plan.cap
     rng = random.Random(7)
     rows: list[dict[str, Any]] = []
     errors: list[str] = []
@@ -873,7 +913,7 @@ def measure_crash_one_shot(
                 conn, child = ctx.Pipe()
                 one = ctx.Process(target=crash_one_shot, args=(spec, endpoint_url, key, child), daemon=True)
                 one.start()
-                _, sent, won = _expect(conn, "tried", CHILD_START_TIMEOUT)
+                _, sent, won = expect(conn, "tried", CHILD_START_TIMEOUT)
                 one.join(10)
                 if won:
                     got = sent
@@ -888,34 +928,25 @@ def measure_crash_one_shot(
                 say(
                     f"    {spec.name}: one-shot crash trial {index + 1}: takeover {got - killed:.2f} s ({attempt} processes)"
                 )
-    takeovers = [r["takeover_s"] for r in rows]
-    return {
-        "lease_s": lease,
-        "heartbeat_s": spec.heartbeat,
-        "settings": spec.describe(),
-        "trials": rows,
-        "n": len(rows),
-        "errors": errors,
-        "cap_s": cap,
-        "kill_after_s": list(kill_after),
-        "median_s": median(takeovers),
-        "min_s": min(takeovers) if takeovers else None,
-        "max_s": max(takeovers) if takeovers else None,
-        # The promise counts from the holder's last write, which was before the kill.
-        "target_s": lease + 3.0,
-    }
+    # The promise counts from the holder's last write, which was before the kill.
+    return {**_takeovers(spec, rows, errors, kill_after, targets.CRASH_ONE_SHOT), "cap_s": cap}
 
 
 CRASH_SPECS = {spec.name: crash_spec(spec) for spec in (DYNLOCK, PDL_FASTEST, MUTEX, PDL_DEFAULT)}
 
 __all__ = [
     "CRASH_SPECS",
+    "CrashTrials",
+    "combine_contended",
+    "combine_handoff",
     "measure_calls",
     "measure_contended",
     "measure_crash",
     "measure_crash_one_shot",
+    "measure_dynlock_calls",
     "measure_handoff",
     "measure_heartbeats",
+    "measure_request_costs",
+    "measure_rtt",
     "measure_uncontended",
-    "FLOOR",
 ]
