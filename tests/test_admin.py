@@ -25,9 +25,9 @@ from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
 from django_dynlock.engine import items as it
 from django_dynlock.models import Lease
 from django_dynlock.signals import lock_broken
-from localdynamo.servers import dummy_client
-from tests.conftest import alias_settings, table_name
-from tests.helpers import count_calls
+from localdynamo.servers import dummy_client, table_name
+from tests.support.aliases import alias_settings
+from tests.support.calls import count_calls
 
 pytestmark = pytest.mark.django_db
 
@@ -793,7 +793,7 @@ def test_the_admin_log_links_a_break_in_another_alias_to_that_alias(two_aliases,
 def test_items_the_library_did_not_write_show_as_malformed_rows(table, operator, moto_server):
     # issue 14: a foreign item, an expires_at of 1e20, a fractional fence or binary
     # attributes gave a 500 on every page that read them
-    from tests.helpers import put_malformed_items
+    from tests.support.malformed import put_malformed_items
 
     keys = put_malformed_items(dummy_client(moto_server.endpoint_url), table.options.table_name)
     table.acquire("good:1", lease=30)

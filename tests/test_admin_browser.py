@@ -1,6 +1,6 @@
 """End to end in a real browser: Debian's chromium, headless, driven by Playwright.
 
-The test project runs as a real server (``tests.admin_browser_server``) against a moto
+The test project runs as a real server (``tests.support.admin_server``) against a moto
 server; another process holds the lease ``victim``. A staff user with exactly
 ``view_lease`` and ``break_lease`` logs in, sees the lease, breaks it through the
 confirmation page, sees it gone and the break in "Recent actions"; the holder process
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from localdynamo.servers import REPO_ROOT, dummy_client, server_env
-from tests.admin_browser_server import PASSWORD, USERNAME, start_admin_server
-from tests.conftest import table_name
-from tests.workers import client_for
+from localdynamo.servers import REPO_ROOT, dummy_client, server_env, table_name
+from tests.support.admin_server import PASSWORD, USERNAME, start_admin_server
+from tests.support.clients import client_for
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -53,7 +52,7 @@ def need_browser() -> None:
     except ImportError:
         missing.append("the playwright package (`make venv`: the dev extras)")
     if missing:
-        from tests.conftest import missing_tool
+        from tests.support.tools import missing_tool
 
         missing_tool("browser test needs " + " and ".join(missing))
 
@@ -102,7 +101,7 @@ def holder_process(lock_table, tmp_path):
     endpoint, table, _ = lock_table
     report = tmp_path / "holder.report"
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", endpoint, table, "8", str(report), "120"],
+        [sys.executable, "-m", "tests.support.workers", endpoint, table, "8", str(report), "120"],
         cwd=str(REPO_ROOT),
         env=server_env(),
         stdin=subprocess.DEVNULL,

@@ -38,9 +38,11 @@ from localdynamo.servers import (
     server_env,
     start_dynalite,
     suite_region,
+    table_name,
 )
-from tests.conftest import alias_settings, need_dynalite, table_name
-from tests.helpers import count_calls
+from tests.support.aliases import alias_settings
+from tests.support.calls import count_calls
+from tests.support.tools import need_dynalite
 
 UNREACHABLE = "http://127.0.0.1:9"
 # Most behaviour does not depend on the server: run it on moto only. dynalite (no TTL,
@@ -1202,7 +1204,7 @@ def test_a_lost_lease_reports_the_break_reason_escaped(mock_dynlock):
 def test_showlocks_and_breaklock_show_items_the_library_did_not_write(dynlock):
     # issue 14: a foreign item, an expires_at of 1e20, a fractional fence or binary
     # attributes gave showlocks a traceback
-    from tests.helpers import MALFORMED_ITEMS, put_malformed_items
+    from tests.support.malformed import MALFORMED_ITEMS, put_malformed_items
 
     keys = put_malformed_items(dummy_client(dynlock.server.endpoint_url), dynlock.options.table_name)
     table = run("showlocks", "--all").out

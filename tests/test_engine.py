@@ -19,7 +19,7 @@ from django_dynlock import (
 )
 from django_dynlock.engine import ClientOptions
 from localdynamo.servers import dummy_client
-from tests.helpers import count_calls
+from tests.support.calls import count_calls
 
 
 def other_client(client: LockClient, **changes) -> LockClient:
@@ -548,7 +548,7 @@ def test_warnings_about_a_servers_limits_never_show_the_endpoints_password(dynal
     # dynalite lacks all three.
     from localdynamo.servers import table_name
     from tests.reliability.harness import delete_table
-    from tests.workers import client_for
+    from tests.support.clients import client_for
 
     endpoint = dynalite_server.endpoint_url.replace("http://", "http://user:s3cret@")
     table = table_name()

@@ -11,8 +11,8 @@ from django.core.management import BaseCommand, CommandError, call_command
 
 from django_dynlock import LockClient, get_lock_client
 from django_dynlock.singleton import singleton_command
-from localdynamo.servers import dummy_client
-from tests.conftest import alias_settings, table_name
+from localdynamo.servers import dummy_client, table_name
+from tests.support.aliases import alias_settings
 
 MOTO = pytest.mark.parametrize("server", ["moto"], indirect=True)
 

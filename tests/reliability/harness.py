@@ -30,7 +30,7 @@ FAULT_DELAY = 0.3  # seconds; longer than the workers' read timeout
 
 def create_table(endpoint_url: str, table: str | None = None) -> str:
     """A fresh lock table (the engine's own create_table, so its schema is the real one)."""
-    from tests.workers import client_for
+    from tests.support.clients import client_for
 
     table = table or table_name()
     client = client_for(endpoint_url, table)

@@ -26,7 +26,7 @@ import pytest
 from localdynamo.faultproxy import FaultProxy
 from tests.reliability.harness import SPAWN, create_table, delete_table, wait_for
 from tests.reliability.workers import Plan, believe_and_report
-from tests.workers import client_for
+from tests.support.clients import client_for
 
 pytestmark = pytest.mark.slow
 

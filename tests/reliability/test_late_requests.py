@@ -25,7 +25,7 @@ from django_dynlock import LockNotAcquired
 from django_dynlock.engine.items import release_slot
 from localdynamo.faultproxy import FaultProxy
 from tests.reliability.harness import create_table, delete_table
-from tests.workers import client_for
+from tests.support.clients import client_for
 
 READ_TIMEOUT = 0.3
 CONFIG = {
