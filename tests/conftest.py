@@ -41,13 +41,10 @@ else:
 from localdynamo.servers import (  # noqa: E402
     TEST_ENDPOINT,
     LocalServer,
-    dummy_client,
     start_dynalite,
     start_dynamodb_local,
     start_moto_server,
-    table_name,
 )
-from tests.support.aliases import alias_settings  # noqa: E402
 from tests.support.endpoint import Endpoint, delete_tables_of_this_run  # noqa: E402
 from tests.support.tools import need_dynalite, need_dynamodb_local  # noqa: E402
 
@@ -139,31 +136,17 @@ def endpoint_tables_deleted():
 @pytest.fixture
 def dynlock(server, settings):
     """A fresh lock table on a real server; yields the default alias' LockClient."""
-    from django_dynlock import get_lock_client
+    from tests.support.tables import fresh_table
 
-    table = table_name()
-    settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, table)}
-    client = get_lock_client()
-    client.create_table(wait=True)
-    client.server = server  # for tests that need to know where they are
-    yield client
-    client.close()
-    try:
-        dummy_client(server.endpoint_url).delete_table(TableName=table)
-    except Exception:
-        pass
+    with fresh_table(settings, server.endpoint_url) as client:
+        client.server = server  # for tests that need to know where they are
+        yield client
 
 
 @pytest.fixture
 def mock_dynlock(settings):
     """A lock table on moto's in-process mock (no HTTP): for fast unit tests."""
-    from moto import mock_aws
+    from tests.support.tables import fresh_table
 
-    from django_dynlock import get_lock_client
-
-    with mock_aws():
-        settings.DYNLOCK = {"default": alias_settings(None, table_name())}
-        client = get_lock_client()
-        client.create_table(wait=True)
+    with fresh_table(settings, None) as client:
         yield client
-        client.close()

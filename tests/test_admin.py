@@ -6,6 +6,7 @@ CSRF, escaping, DynamoDB failures, one Scan per page, cursors and aliases.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import time
@@ -28,6 +29,7 @@ from django_dynlock.signals import lock_broken
 from localdynamo.servers import dummy_client, table_name
 from tests.support.aliases import alias_settings
 from tests.support.calls import count_calls
+from tests.support.tables import fresh_table
 
 pytestmark = pytest.mark.django_db
 
@@ -39,13 +41,8 @@ PASSWORD = "pw-for-tests"
 @pytest.fixture
 def table(moto_server, settings):
     """A fresh lock table on the moto server (the default alias); yields its LockClient."""
-    name = table_name()
-    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
-    client = get_lock_client()
-    client.create_table(wait=True)
-    yield client
-    client.close()
-    drop_table(moto_server.endpoint_url, name)
+    with fresh_table(settings, moto_server.endpoint_url) as client:
+        yield client
 
 
 def drop_table(endpoint_url: str, name: str) -> None:
@@ -313,20 +310,14 @@ def test_search_by_key_prefix(table, viewer):
 
 
 def test_key_prefix_of_the_alias_is_hidden_and_respected(moto_server, settings, viewer):
-    name = table_name()
-    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name, KEY_PREFIX="shop1/")}
-    client = get_lock_client()
-    client.create_table(wait=True)
-    try:
+    with fresh_table(settings, moto_server.endpoint_url, KEY_PREFIX="shop1/") as client:
+        name = client.options.table_name
         put_leases(client, ["order:1"])
         client.boto.put_item(TableName=name, Item={"key": {"S": "shop2/order:9"}, it.OWNER: {"S": "x"}})
         page = viewer.get(changelist_url())
         assert keys_on(page) == ["order:1"]
         detail = viewer.get(detail_url("order:1"))
         assert "shop1/order:1" in content(detail)  # the stored key, on the detail page
-    finally:
-        client.close()
-        drop_table(moto_server.endpoint_url, name)
 
 
 def test_one_dynamodb_call_per_page_and_cursor_pagination(dynlock, viewer):
@@ -677,15 +668,13 @@ def test_a_broken_setting_is_an_error_message_without_its_value(settings, operat
 # -- aliases ------------------------------------------------------------------------------------------
 @pytest.fixture
 def two_aliases(moto_server, settings):
-    names = {"default": table_name(), "jobs": table_name()}
-    settings.DYNLOCK = {alias: alias_settings(moto_server.endpoint_url, name) for alias, name in names.items()}
-    clients = {alias: get_lock_client(alias) for alias in names}
-    for client in clients.values():
-        client.create_table(wait=True)
-    yield clients
-    for alias, client in clients.items():
-        client.close()
-        drop_table(moto_server.endpoint_url, names[alias])
+    with contextlib.ExitStack() as stack:
+        for alias in ("default", "jobs"):
+            stack.enter_context(fresh_table(settings, moto_server.endpoint_url, alias))
+        clients = {alias: get_lock_client(alias) for alias in ("default", "jobs")}  # the admin's own
+        yield clients
+        for client in clients.values():
+            client.close()
 
 
 def test_alias_selector(two_aliases, operator, broken_signals):

@@ -13,6 +13,7 @@ from django_dynlock import get_lock_client
 from localdynamo.servers import dummy_client, table_name
 from tests.support.aliases import alias_settings
 from tests.support.commands import MOTO, fails, run
+from tests.support.tables import fresh_table
 
 
 def test_runlocked_runs_the_command_under_the_lease(dynlock, probe):
@@ -162,10 +163,7 @@ def test_every_command_uses_the_alias_it_is_given(dynlock, settings):
 
 @MOTO
 def test_runlocked_alias(dynlock, probe, settings):
-    other_table = table_name()
-    settings.DYNLOCK = {**settings.DYNLOCK, "reports": alias_settings(dynlock.server.endpoint_url, other_table)}
-    get_lock_client("reports").create_table()
-    run("runlocked", "--alias", "reports", "k", "--", "dynlock_probe")
-    assert [i.key for i in get_lock_client("reports").leases(include_released=True)] == ["k"]
-    assert list(get_lock_client().leases(include_released=True)) == []
-    dummy_client(dynlock.server.endpoint_url).delete_table(TableName=other_table)
+    with fresh_table(settings, dynlock.server.endpoint_url, "reports"):
+        run("runlocked", "--alias", "reports", "k", "--", "dynlock_probe")
+        assert [i.key for i in get_lock_client("reports").leases(include_released=True)] == ["k"]
+        assert list(get_lock_client().leases(include_released=True)) == []
