@@ -26,7 +26,7 @@ from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
 from django_dynlock.engine import items as it
 from django_dynlock.models import Lease
 from django_dynlock.signals import lock_broken
-from localdynamo.servers import dummy_client, table_name
+from localdynamo.servers import DUMMY_REGION, dummy_client, table_name
 from tests.support.aliases import alias_settings
 from tests.support.calls import count_calls
 from tests.support.tables import fresh_table
@@ -658,7 +658,7 @@ def test_access_denied_is_an_error_message(table, operator, monkeypatch):
 
 
 def test_a_broken_setting_is_an_error_message_without_its_value(settings, operator):
-    settings.DYNLOCK = {"default": {"SESSION_OPTIONS": "s3cr3t-string", "REGION_NAME": "us-east-1"}}
+    settings.DYNLOCK = {"default": {"SESSION_OPTIONS": "s3cr3t-string", "REGION_NAME": DUMMY_REGION}}
     response = operator.get(changelist_url())
     assert response.status_code == 200
     text = content(response)
