@@ -29,7 +29,7 @@ from django_dynlock.signals import lock_broken
 from localdynamo.servers import DUMMY_REGION, dummy_client, table_name
 from tests.support.aliases import alias_settings
 from tests.support.calls import count_calls
-from tests.support.tables import fresh_table
+from tests.support.tables import delete_table, fresh_table
 
 pytestmark = pytest.mark.django_db
 
@@ -43,16 +43,6 @@ def table(moto_server, settings):
     """A fresh lock table on the moto server (the default alias); yields its LockClient."""
     with fresh_table(settings, moto_server.endpoint_url) as client:
         yield client
-
-
-def drop_table(endpoint_url: str, name: str) -> None:
-    boto = dummy_client(endpoint_url)
-    try:
-        boto.delete_table(TableName=name)
-    except Exception:
-        pass
-    finally:
-        boto.close()
 
 
 def make_user(django_user_model, *perms: str, staff: bool = True):
@@ -608,7 +598,7 @@ def test_no_secret_on_any_page(moto_server, settings, operator):
             if lease is not None:
                 lease.release()
             client.close()
-    drop_table(moto_server.endpoint_url, existing)
+    delete_table(moto_server.endpoint_url, existing)
 
 
 # -- DynamoDB not there ---------------------------------------------------------------------------------

@@ -547,8 +547,8 @@ def test_warnings_about_a_servers_limits_never_show_the_endpoints_password(dynal
     # warnings that a server lacks TTL, the item on a failed condition, or transactions.
     # dynalite lacks all three.
     from localdynamo.servers import table_name
-    from tests.reliability.harness import delete_table
     from tests.support.clients import client_for
+    from tests.support.tables import delete_table
 
     endpoint = dynalite_server.endpoint_url.replace("http://", "http://user:s3cret@")
     table = table_name()

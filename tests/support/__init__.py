@@ -6,6 +6,7 @@
 - ``commands``: running the management commands, in-process and as ``manage.py``.
 - ``endpoint``: ``make test-endpoint``'s endpoint and the cleanup of its tables.
 - ``malformed``: lock-table items the library did not write.
+- ``tables``: fresh lock tables, from the shipped ``lock_table()``.
 - ``tools``: skipping (or, under CI, failing) a test whose tooling is missing.
 - ``wallclock``: a process' wall clock set wrong on purpose.
 - ``workers`` and ``takeover_child``: code that runs in the child processes.
