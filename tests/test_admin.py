@@ -6,6 +6,7 @@ CSRF, escaping, DynamoDB failures, one Scan per page, cursors and aliases.
 
 from __future__ import annotations
 
+import contextlib
 import html
 import re
 import time
@@ -25,9 +26,10 @@ from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
 from django_dynlock.engine import items as it
 from django_dynlock.models import Lease
 from django_dynlock.signals import lock_broken
-from localdynamo.servers import dummy_client
-from tests.conftest import alias_settings, table_name
-from tests.helpers import count_calls
+from localdynamo.servers import DUMMY_REGION, dummy_client, table_name
+from tests.support.aliases import alias_settings
+from tests.support.calls import count_calls
+from tests.support.tables import delete_table, fresh_table
 
 pytestmark = pytest.mark.django_db
 
@@ -39,23 +41,8 @@ PASSWORD = "pw-for-tests"
 @pytest.fixture
 def table(moto_server, settings):
     """A fresh lock table on the moto server (the default alias); yields its LockClient."""
-    name = table_name()
-    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
-    client = get_lock_client()
-    client.create_table(wait=True)
-    yield client
-    client.close()
-    drop_table(moto_server.endpoint_url, name)
-
-
-def drop_table(endpoint_url: str, name: str) -> None:
-    boto = dummy_client(endpoint_url)
-    try:
-        boto.delete_table(TableName=name)
-    except Exception:
-        pass
-    finally:
-        boto.close()
+    with fresh_table(settings, moto_server.endpoint_url) as client:
+        yield client
 
 
 def make_user(django_user_model, *perms: str, staff: bool = True):
@@ -313,20 +300,14 @@ def test_search_by_key_prefix(table, viewer):
 
 
 def test_key_prefix_of_the_alias_is_hidden_and_respected(moto_server, settings, viewer):
-    name = table_name()
-    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name, KEY_PREFIX="shop1/")}
-    client = get_lock_client()
-    client.create_table(wait=True)
-    try:
+    with fresh_table(settings, moto_server.endpoint_url, KEY_PREFIX="shop1/") as client:
+        name = client.options.table_name
         put_leases(client, ["order:1"])
         client.boto.put_item(TableName=name, Item={"key": {"S": "shop2/order:9"}, it.OWNER: {"S": "x"}})
         page = viewer.get(changelist_url())
         assert keys_on(page) == ["order:1"]
         detail = viewer.get(detail_url("order:1"))
         assert "shop1/order:1" in content(detail)  # the stored key, on the detail page
-    finally:
-        client.close()
-        drop_table(moto_server.endpoint_url, name)
 
 
 def test_one_dynamodb_call_per_page_and_cursor_pagination(dynlock, viewer):
@@ -617,7 +598,7 @@ def test_no_secret_on_any_page(moto_server, settings, operator):
             if lease is not None:
                 lease.release()
             client.close()
-    drop_table(moto_server.endpoint_url, existing)
+    delete_table(moto_server.endpoint_url, existing)
 
 
 # -- DynamoDB not there ---------------------------------------------------------------------------------
@@ -667,7 +648,7 @@ def test_access_denied_is_an_error_message(table, operator, monkeypatch):
 
 
 def test_a_broken_setting_is_an_error_message_without_its_value(settings, operator):
-    settings.DYNLOCK = {"default": {"SESSION_OPTIONS": "s3cr3t-string", "REGION_NAME": "us-east-1"}}
+    settings.DYNLOCK = {"default": {"SESSION_OPTIONS": "s3cr3t-string", "REGION_NAME": DUMMY_REGION}}
     response = operator.get(changelist_url())
     assert response.status_code == 200
     text = content(response)
@@ -677,15 +658,13 @@ def test_a_broken_setting_is_an_error_message_without_its_value(settings, operat
 # -- aliases ------------------------------------------------------------------------------------------
 @pytest.fixture
 def two_aliases(moto_server, settings):
-    names = {"default": table_name(), "jobs": table_name()}
-    settings.DYNLOCK = {alias: alias_settings(moto_server.endpoint_url, name) for alias, name in names.items()}
-    clients = {alias: get_lock_client(alias) for alias in names}
-    for client in clients.values():
-        client.create_table(wait=True)
-    yield clients
-    for alias, client in clients.items():
-        client.close()
-        drop_table(moto_server.endpoint_url, names[alias])
+    with contextlib.ExitStack() as stack:
+        for alias in ("default", "jobs"):
+            stack.enter_context(fresh_table(settings, moto_server.endpoint_url, alias))
+        clients = {alias: get_lock_client(alias) for alias in ("default", "jobs")}  # the admin's own
+        yield clients
+        for client in clients.values():
+            client.close()
 
 
 def test_alias_selector(two_aliases, operator, broken_signals):
@@ -793,7 +772,7 @@ def test_the_admin_log_links_a_break_in_another_alias_to_that_alias(two_aliases,
 def test_items_the_library_did_not_write_show_as_malformed_rows(table, operator, moto_server):
     # issue 14: a foreign item, an expires_at of 1e20, a fractional fence or binary
     # attributes gave a 500 on every page that read them
-    from tests.helpers import put_malformed_items
+    from tests.support.malformed import put_malformed_items
 
     keys = put_malformed_items(dummy_client(moto_server.endpoint_url), table.options.table_name)
     table.acquire("good:1", lease=30)

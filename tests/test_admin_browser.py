@@ -1,6 +1,6 @@
 """End to end in a real browser: Debian's chromium, headless, driven by Playwright.
 
-The test project runs as a real server (``tests.admin_browser_server``) against a moto
+The test project runs as a real server (``tests.support.admin_server``) against a moto
 server; another process holds the lease ``victim``. A staff user with exactly
 ``view_lease`` and ``break_lease`` logs in, sees the lease, breaks it through the
 confirmation page, sees it gone and the break in "Recent actions"; the holder process
@@ -22,10 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from localdynamo.servers import REPO_ROOT, dummy_client, server_env
-from tests.admin_browser_server import PASSWORD, USERNAME, start_admin_server
-from tests.conftest import table_name
-from tests.workers import client_for
+from localdynamo.servers import REPO_ROOT, server_env, table_name
+from tests.support.admin_server import PASSWORD, USERNAME, start_admin_server
+from tests.support.tables import fresh_table
 
 pytestmark = [pytest.mark.slow, pytest.mark.browser]
 
@@ -53,7 +52,7 @@ def need_browser() -> None:
     except ImportError:
         missing.append("the playwright package (`make venv`: the dev extras)")
     if missing:
-        from tests.conftest import missing_tool
+        from tests.support.tools import missing_tool
 
         missing_tool("browser test needs " + " and ".join(missing))
 
@@ -74,35 +73,31 @@ def wait_for_line(path: Path, pattern: str, timeout: float) -> re.Match | None:
 
 
 @pytest.fixture
-def lock_table(moto_server):
+def browser_table(moto_server, settings):
     name = "django_dynlock" if SCREENSHOTS else table_name()  # the default name, for the docs' pictures
-    client = client_for(moto_server.endpoint_url, name)
-    client.create_table(wait=True)
-    yield moto_server.endpoint_url, name, client
-    client.close()
-    boto = dummy_client(moto_server.endpoint_url)
-    try:
-        boto.delete_table(TableName=name)
-    finally:
-        boto.close()
+    # client_for()'s lease and botocore's own timeouts and retries, as before
+    with fresh_table(
+        settings, moto_server.endpoint_url, TABLE_NAME=name, LEASE_DURATION=5.0, CLIENT_CONFIG={}
+    ) as client:
+        yield moto_server.endpoint_url, name, client
 
 
 @pytest.fixture
-def admin_server(lock_table, tmp_path):
+def admin_server(browser_table, tmp_path):
     need_browser()
-    endpoint, table, _ = lock_table
+    endpoint, table, _ = browser_table
     server = start_admin_server(endpoint, table, str(tmp_path))
     yield server
     server.stop()
 
 
 @pytest.fixture
-def holder_process(lock_table, tmp_path):
+def holder_process(browser_table, tmp_path):
     """Another process holding ``victim`` (8 s lease, renewed every 2 s) for up to 120 s."""
-    endpoint, table, _ = lock_table
+    endpoint, table, _ = browser_table
     report = tmp_path / "holder.report"
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.workers", endpoint, table, "8", str(report), "120"],
+        [sys.executable, "-m", "tests.support.workers", endpoint, table, "8", str(report), "120"],
         cwd=str(REPO_ROOT),
         env=server_env(),
         stdin=subprocess.DEVNULL,
@@ -119,11 +114,11 @@ def holder_process(lock_table, tmp_path):
         process.wait(timeout=10)
 
 
-def test_break_a_lease_held_by_another_process(admin_server, lock_table, holder_process):
+def test_break_a_lease_held_by_another_process(admin_server, browser_table, holder_process):
     from playwright.sync_api import expect, sync_playwright
 
     token, report = holder_process
-    _, _, client = lock_table
+    _, _, client = browser_table
     # Leases of this process: one to break through the list's action, others for the screenshot.
     batch = client.acquire("report:nightly", lease=30, holder={"command": "build_reports", "user": "7"})
     others = [

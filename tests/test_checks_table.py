@@ -6,8 +6,8 @@ import pytest
 from django.core import checks
 
 from django_dynlock import BackendError, get_lock_client
-from localdynamo.servers import dummy_client
-from tests.conftest import alias_settings, table_name
+from localdynamo.servers import dummy_client, table_name
+from tests.support.aliases import alias_settings
 
 
 def table_check_ids() -> list[str]:

@@ -13,8 +13,9 @@ from django.core.management.base import SystemCheckError
 
 from django_dynlock import ConfigurationError, get_lock_client
 from django_dynlock.conf import DEFAULTS, get_options, problems
+from localdynamo.servers import DUMMY_REGION
 
-GOOD = {"REGION_NAME": "us-east-1"}
+GOOD = {"REGION_NAME": DUMMY_REGION}
 
 
 def ids(setting) -> list[str]:

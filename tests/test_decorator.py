@@ -15,7 +15,7 @@ from django_dynlock.signals import lock_acquired, lock_busy, lock_lost, lock_rel
 from testproject.booking.models import Booking, Event, SoldOut
 from testproject.booking.services import book
 
-pytestmark = pytest.mark.urls("tests.views")
+pytestmark = pytest.mark.urls("tests.support.decorated_views")
 
 
 def other(dynlock):
@@ -34,7 +34,7 @@ def test_function_view_binds_url_kwargs_and_records_the_holder(dynlock, client, 
     assert reply.status_code == 200
     data = reply.json()
     assert data["key"] == "order:42"
-    assert data["holder"] == {"view": "tests.views.pay", "path": "/pay/42/", "user": str(user.pk)}
+    assert data["holder"] == {"view": "tests.support.decorated_views.pay", "path": "/pay/42/", "user": str(user.pk)}
     assert dynlock.get("order:42") is None  # released after the view returned
 
 
@@ -112,7 +112,7 @@ def test_model_method_and_service_share_a_key_reentrantly(dynlock):
 
 
 def count_writes(dynlock):
-    from tests.helpers import count_calls
+    from tests.support.calls import count_calls
 
     class Counter:
         def __enter__(self):

@@ -78,7 +78,7 @@ def test_a_run_against_an_endpoint_uses_only_it_and_deletes_its_tables(dynamodb_
 
 def test_the_cost_of_a_run_counts_units_by_dynamodbs_rules():
     from localdynamo.faultproxy import RequestRecord
-    from tests.endpoint_cost import units
+    from tests.support.endpoint_cost import units
 
     def record(operation: str, body: dict | None = None, reply_bytes: int | None = None) -> RequestRecord:
         return RequestRecord(received=0.0, operation=operation, fault=None, body=body or {}, reply_bytes=reply_bytes)

@@ -18,8 +18,8 @@ from django_dynlock import (
     TableNotFound,
 )
 from django_dynlock.engine import ClientOptions
-from localdynamo.servers import dummy_client
-from tests.helpers import count_calls
+from localdynamo.servers import DUMMY_REGION, dummy_client
+from tests.support.calls import count_calls
 
 
 def other_client(client: LockClient, **changes) -> LockClient:
@@ -321,7 +321,7 @@ def test_closed_client(mock_dynlock):
 
 def test_missing_table_says_run_createlocktable(moto_server):
     client = LockClient(
-        ClientOptions(table_name="no-such-table", endpoint_url=moto_server.endpoint_url, region_name="us-east-1")
+        ClientOptions(table_name="no-such-table", endpoint_url=moto_server.endpoint_url, region_name=DUMMY_REGION)
     )
     with pytest.raises(TableNotFound, match="createlocktable") as missing:
         client.acquire("k")
@@ -331,7 +331,7 @@ def test_missing_table_says_run_createlocktable(moto_server):
 
 
 def test_unreachable_endpoint_fails_closed_within_wait():
-    client = LockClient(ClientOptions(endpoint_url="http://127.0.0.1:9", region_name="us-east-1"))
+    client = LockClient(ClientOptions(endpoint_url="http://127.0.0.1:9", region_name=DUMMY_REGION))
     started = time.monotonic()
     with pytest.raises(Exception) as caught:
         client.acquire("k", wait=1.0)
@@ -371,7 +371,7 @@ def test_busy_fallback_is_logged_once_on_servers_without_old_items(dynlock, capl
 def test_missing_credentials(moto_server, monkeypatch):
     monkeypatch.delenv("AWS_ACCESS_KEY_ID")
     monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
-    client = LockClient(ClientOptions(endpoint_url=moto_server.endpoint_url, region_name="us-east-1"))
+    client = LockClient(ClientOptions(endpoint_url=moto_server.endpoint_url, region_name=DUMMY_REGION))
     from django_dynlock import CredentialsError
 
     with pytest.raises(CredentialsError, match="no AWS credentials found: set DYNLOCK SESSION_OPTIONS"):
@@ -547,8 +547,8 @@ def test_warnings_about_a_servers_limits_never_show_the_endpoints_password(dynal
     # warnings that a server lacks TTL, the item on a failed condition, or transactions.
     # dynalite lacks all three.
     from localdynamo.servers import table_name
-    from tests.reliability.harness import delete_table
-    from tests.workers import client_for
+    from tests.support.clients import client_for
+    from tests.support.tables import delete_table
 
     endpoint = dynalite_server.endpoint_url.replace("http://", "http://user:s3cret@")
     table = table_name()
@@ -603,7 +603,7 @@ def test_holder_metadata_that_could_fill_the_item_is_refused_before_any_request(
             "REGION_NAME 'us east 1' is not an AWS region name",
         ),
         (
-            {"region_name": "us-east-1", "session_options": {"profile_name": "no-such-profile"}},
+            {"region_name": DUMMY_REGION, "session_options": {"profile_name": "no-such-profile"}},
             "the AWS profile 'no-such-profile' is not in the AWS config",
         ),
     ],

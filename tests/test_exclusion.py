@@ -13,7 +13,8 @@ import pytest
 
 from django_dynlock import LockLost, LockNotAcquired
 from localdynamo.faultproxy import FaultProxy
-from tests.workers import client_for, critical_sections
+from tests.support.clients import client_for
+from tests.support.workers import critical_sections
 
 PROCESSES = 6
 ROUNDS = 20
@@ -41,7 +42,7 @@ def start_holder(dynlock, tmp_path, lease_seconds: float, seconds: float) -> tup
         [
             sys.executable,
             "-m",
-            "tests.workers",
+            "tests.support.workers",
             dynlock.server.endpoint_url,
             dynlock.options.table_name,
             str(lease_seconds),

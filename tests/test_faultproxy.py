@@ -93,7 +93,7 @@ def raw_request(conn: http.client.HTTPConnection, operation: str, body: dict) ->
         headers={
             "X-Amz-Target": f"DynamoDB_20120810.{operation}",
             "Content-Type": "application/x-amz-json-1.0",
-            "Authorization": "AWS4-HMAC-SHA256 Credential=testing/20240101/us-east-1/dynamodb/aws4_request, SignedHeaders=host, Signature=00",
+            "Authorization": f"AWS4-HMAC-SHA256 Credential={DUMMY_CREDENTIALS['aws_access_key_id']}/20240101/{DUMMY_REGION}/dynamodb/aws4_request, SignedHeaders=host, Signature=00",
         },
     )
     resp = conn.getresponse()

@@ -16,7 +16,7 @@ from django_dynlock import LockClient
 from django_dynlock.fencing import fenced_update
 from localdynamo.servers import dummy_client
 from testproject.booking.models import Event
-from tests.workers import decorated_sections
+from tests.support.workers import decorated_sections
 
 
 @pytest.mark.django_db
@@ -47,7 +47,7 @@ def test_dynamodb_condition_check_rejects_a_paused_ex_holder(dynlock, tmp_path):
         [
             sys.executable,
             "-m",
-            "tests.workers",
+            "tests.support.workers",
             "fenced",
             dynlock.server.endpoint_url,
             dynlock.options.table_name,

@@ -20,7 +20,8 @@ import urllib.request
 import pytest
 
 from localdynamo.servers import REPO_ROOT, dummy_client, free_port
-from tests.reliability.harness import create_table, delete_table, wait_for
+from tests.reliability.harness import wait_for
+from tests.support.tables import fresh_table
 
 pytestmark = pytest.mark.slow
 
@@ -61,8 +62,12 @@ class Watcher(threading.Thread):
 
 
 @pytest.fixture
-def site(server, tmp_path):
-    table = create_table(server.endpoint_url)
+def site(server, settings, tmp_path):
+    with fresh_table(settings, server.endpoint_url) as client:
+        yield from serve_site(server, client.options.table_name, tmp_path)
+
+
+def serve_site(server, table: str, tmp_path):
     port = free_port()
     # the suite's environment (dummy credentials, or the endpoint's under DYNLOCK_TEST_ENDPOINT)
     env = dict(
@@ -108,7 +113,6 @@ def site(server, tmp_path):
         os.killpg(process.pid, signal.SIGTERM)
         process.wait(20)
         log.close()
-        delete_table(server.endpoint_url, table)
 
 
 def hold(url: str) -> None:

@@ -16,8 +16,7 @@ from pathlib import Path
 import pytest
 
 import django_dynlock
-from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, dummy_client
-from tests.conftest import table_name
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, dummy_client, table_name
 
 ROOT = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.slow

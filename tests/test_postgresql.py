@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from localdynamo.servers import dummy_client, free_port, table_name
-from tests.conftest import missing_tool
+from tests.support.tools import missing_tool
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -14,8 +14,9 @@ import pytest
 from django_dynlock.engine import items as it
 from django_dynlock.engine import requests as rq
 from django_dynlock.engine.options import ClientOptions
+from localdynamo.servers import DUMMY_REGION
 
-OPTIONS = ClientOptions(table_name="locks", region_name="us-east-1")
+OPTIONS = ClientOptions(table_name="locks", region_name=DUMMY_REGION)
 OWNER = "web-1:42:abc:def"
 
 
@@ -105,7 +106,7 @@ def test_a_break_with_a_token_breaks_only_that_lease():
     [("", "", True, False), ("job:", "", True, True), ("", "app/", True, True), ("", "", False, True)],
 )
 def test_a_scan_defines_and_uses_every_name_and_value(prefix, key_prefix, include_released, filtered):
-    options = ClientOptions(table_name="locks", region_name="us-east-1", key_prefix=key_prefix)
+    options = ClientOptions(table_name="locks", region_name=DUMMY_REGION, key_prefix=key_prefix)
     request = rq.scan(options, prefix, include_released=include_released, start={"key": {"S": "a"}}, limit=25)
     assert request["ConsistentRead"] is True and request["Limit"] == 25
     assert request["ExclusiveStartKey"] == {"key": {"S": "a"}}

@@ -74,7 +74,7 @@ def _exercise(server: servers.LocalServer, kind: str) -> None:
 def _require_dynalite() -> None:
     if servers.dynalite_path() is not None:
         return
-    from tests.conftest import missing_tool
+    from tests.support.tools import missing_tool
 
     missing_tool(
         f"dynalite is not installed (expected {servers.REPO_ROOT / 'node_modules' / '.bin' / 'dynalite'}); "
@@ -277,7 +277,7 @@ def test_start_server_dispatch():
 def test_dynamodb_local_starts_answers_and_stops():
     # AWS's own DynamoDB Local, the reference server (issue 15 makes it a server of the
     # test matrix; the benchmarks use it already).
-    from tests.conftest import need_dynamodb_local
+    from tests.support.tools import need_dynamodb_local
 
     need_dynamodb_local()
     server = servers.start_dynamodb_local()

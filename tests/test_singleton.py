@@ -11,8 +11,8 @@ from django.core.management import BaseCommand, CommandError, call_command
 
 from django_dynlock import LockClient, get_lock_client
 from django_dynlock.singleton import singleton_command
-from localdynamo.servers import dummy_client
-from tests.conftest import alias_settings, table_name
+from tests.support.aliases import alias_settings
+from tests.support.tables import fresh_table
 
 MOTO = pytest.mark.parametrize("server", ["moto"], indirect=True)
 
@@ -131,14 +131,11 @@ def test_errors_pass_through_and_release(dynlock):
 
 @MOTO
 def test_using_another_alias(dynlock, settings):
-    other_table = table_name()
-    settings.DYNLOCK = {**settings.DYNLOCK, "reports": alias_settings(dynlock.server.endpoint_url, other_table)}
-    get_lock_client("reports").create_table()
-    command = OtherAlias()
-    run(command)
-    assert command.info is not None and command.info.key == "command:test_singleton"
-    assert list(get_lock_client().leases(include_released=True)) == []
-    dummy_client(dynlock.server.endpoint_url).delete_table(TableName=other_table)
+    with fresh_table(settings, dynlock.server.endpoint_url, "reports"):
+        command = OtherAlias()
+        run(command)
+        assert command.info is not None and command.info.key == "command:test_singleton"
+        assert list(get_lock_client().leases(include_released=True)) == []
 
 
 def test_unknown_alias_is_a_usage_error(settings):

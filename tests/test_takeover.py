@@ -1,6 +1,6 @@
 """No stuck keys, and no host's clock trusted: takeover by DynamoDB's clock, across processes.
 
-Each scenario runs real processes (``tests/takeover_child.py``) against a real server:
+Each scenario runs real processes (``tests/support/takeover_child.py``) against a real server:
 a holder that is killed with SIGKILL, or kept alive, and takers that are fresh
 one-shot processes (a cron job, a new worker) or one process retrying every 0.2 s.
 Some have their wall clock shifted by a minute. All report true wall times, so the
@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from localdynamo.servers import REPO_ROOT
-from tests.reliability.harness import create_table, delete_table, wait_for
+from tests.reliability.harness import create_table, wait_for
+from tests.support.tables import delete_table
 
 pytestmark = pytest.mark.slow
 
@@ -45,7 +46,7 @@ class Scenario:
             [
                 sys.executable,
                 "-m",
-                "tests.takeover_child",
+                "tests.support.takeover_child",
                 role,
                 self.endpoint,
                 self.table,

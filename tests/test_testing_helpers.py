@@ -30,3 +30,14 @@ def test_lock_table_on_a_real_server(moto_server):
 
 def test_the_pytest_fixture(dynlock_table):
     assert dynlock_table.try_acquire("fixture") is not None
+
+
+def test_lock_table_names_its_table_and_changes_settings_through_pytest_djangos_fixture(settings):
+    with lock_table(settings=settings, TABLE_NAME="named-by-the-test") as client:
+        assert client.options.table_name == "named-by-the-test"
+        assert settings.DYNLOCK["default"]["TABLE_NAME"] == "named-by-the-test"
+        settings.DYNLOCK = {**settings.DYNLOCK, "reports": {"TABLE_NAME": "r"}}  # the test's own change
+        assert client.try_acquire("k") is not None
+    # Not restored out of order under the test's own change: the fixture restores both, in order.
+    assert settings.DYNLOCK["reports"] == {"TABLE_NAME": "r"}
+    assert settings.DYNLOCK["default"]["TABLE_NAME"] == "named-by-the-test"

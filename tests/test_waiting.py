@@ -12,7 +12,7 @@ from django_dynlock import LockNotAcquired
 from django_dynlock.engine import waiting
 from django_dynlock.management import formatting
 from localdynamo.servers import dummy_client
-from tests.helpers import count_calls
+from tests.support.calls import count_calls
 from tests.test_engine import other_client
 
 

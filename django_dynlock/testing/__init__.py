@@ -14,6 +14,11 @@ context manager or a decorator:
 
 With pytest, the ``dynlock_table`` fixture does the same (the plugin is registered
 automatically when django-dynlock is installed).
+
+``TABLE_NAME=...`` names the table (default: ``dynlock-test-`` and a random suffix).
+With pytest-django, ``lock_table(settings=settings)`` changes ``DYNLOCK`` through its
+``settings`` fixture, which restores it after the test: use it in a fixture when the
+tests change settings themselves, so that the changes are undone in the right order.
 """
 
 from __future__ import annotations
@@ -51,9 +56,17 @@ def _alias_settings(endpoint_url: str | None, table_name: str, overrides: dict[s
 class lock_table(contextlib.ContextDecorator):
     """A fresh lock table for the duration of a test; yields the alias' LockClient."""
 
-    def __init__(self, using: str = DEFAULT_ALIAS, *, endpoint_url: str | None = None, **settings_overrides: Any):
+    def __init__(
+        self,
+        using: str = DEFAULT_ALIAS,
+        *,
+        endpoint_url: str | None = None,
+        settings: Any = None,
+        **settings_overrides: Any,
+    ):
         self.using = using
         self.endpoint_url = endpoint_url
+        self.settings = settings
         self.overrides = settings_overrides
         self._stack: list[contextlib.ExitStack] = []
 
@@ -74,7 +87,10 @@ class lock_table(contextlib.ContextDecorator):
             dynlock = dict(getattr(settings, "DYNLOCK", {}))
             dynlock[self.using] = _alias_settings(self.endpoint_url, table, self.overrides)
             dynlock.setdefault(DEFAULT_ALIAS, dynlock[self.using])
-            stack.enter_context(override_settings(DYNLOCK=dynlock))
+            if self.settings is None:
+                stack.enter_context(override_settings(DYNLOCK=dynlock))
+            else:  # e.g. pytest-django's settings fixture, which restores DYNLOCK itself
+                self.settings.DYNLOCK = dynlock
             client = get_lock_client(self.using)
             client.create_table(wait=True)
             stack.callback(self._drop, client)

@@ -43,6 +43,7 @@ from django_dynlock.engine.lease import Lease, LeaseGroup, Upkeep
 from django_dynlock.engine.options import ClientOptions
 from django_dynlock.engine.store import Store
 from django_dynlock.exceptions import DynLockError, LockLost, LockNotAcquired
+from localdynamo.servers import DUMMY_REGION
 
 from .world import ENDPOINT, T0, Actor, Choices, Crashed, SimHeartbeater, VirtualTime, VirtualUUID, Wire, World
 
@@ -302,7 +303,7 @@ class Scenario:
         return ClientOptions(
             table_name=self.table,
             endpoint_url=ENDPOINT,
-            region_name="us-east-1",
+            region_name=DUMMY_REGION,
             lease_duration=self.lease,
             heartbeat_period=self.lease / 3,
         )

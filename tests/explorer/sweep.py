@@ -14,6 +14,8 @@ import time
 import boto3
 from moto import mock_aws
 
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
+
 from .scenario import Violation
 from .test_explorer import explore
 from .world import SeededChoices
@@ -24,9 +26,7 @@ def main(count: int) -> int:
     broken = 0
     started = time.monotonic()
     with mock_aws():
-        store = boto3.client(
-            "dynamodb", region_name="us-east-1", aws_access_key_id="explorer", aws_secret_access_key="explorer"
-        )
+        store = boto3.client("dynamodb", region_name=DUMMY_REGION, **DUMMY_CREDENTIALS)
         for seed in range(count):
             try:
                 explore(SeededChoices(seed), store)

@@ -17,6 +17,8 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
+
 from .scenario import Scenario, Violation
 from .world import Choices, SeededChoices
 
@@ -45,9 +47,7 @@ def store():
     from moto import mock_aws
 
     with mock_aws():
-        yield boto3.client(
-            "dynamodb", region_name="us-east-1", aws_access_key_id="explorer", aws_secret_access_key="explorer"
-        )
+        yield boto3.client("dynamodb", region_name=DUMMY_REGION, **DUMMY_CREDENTIALS)
 
 
 def explore(choices: Choices, store, rewrite=None) -> Scenario:

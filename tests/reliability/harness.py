@@ -18,9 +18,10 @@ from pathlib import Path
 from typing import Any
 
 from localdynamo.faultproxy import FaultProxy
-from localdynamo.servers import dummy_client, table_name
+from localdynamo.servers import table_name
 from tests.reliability.history import Section, Violation, check, load_sections
 from tests.reliability.workers import Plan, counter_path, read_counter, run_sections
+from tests.support.tables import delete_table
 
 SPAWN = multiprocessing.get_context("spawn")
 START_TIMEOUT = 120.0  # spawned children import boto3: slow on a busy 2-core machine
@@ -30,7 +31,7 @@ FAULT_DELAY = 0.3  # seconds; longer than the workers' read timeout
 
 def create_table(endpoint_url: str, table: str | None = None) -> str:
     """A fresh lock table (the engine's own create_table, so its schema is the real one)."""
-    from tests.workers import client_for
+    from tests.support.clients import client_for
 
     table = table or table_name()
     client = client_for(endpoint_url, table)
@@ -39,16 +40,6 @@ def create_table(endpoint_url: str, table: str | None = None) -> str:
     finally:
         client.close()
     return table
-
-
-def delete_table(endpoint_url: str, table: str) -> None:
-    boto = dummy_client(endpoint_url)
-    try:
-        boto.delete_table(TableName=table)
-    except Exception:
-        pass
-    finally:
-        boto.close()
 
 
 class ProxyGroup:

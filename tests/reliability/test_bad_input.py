@@ -28,7 +28,7 @@ from django_dynlock import (
 from django_dynlock.conf import get_options
 from django_dynlock.engine import ClientOptions, LockClient
 from localdynamo.servers import DUMMY_CREDENTIALS as CREDS
-from localdynamo.servers import dummy_client
+from localdynamo.servers import DUMMY_REGION, dummy_client
 
 
 @dataclass
@@ -41,7 +41,7 @@ class Context:
     def client(self, **options: Any) -> LockClient:
         values = {
             "endpoint_url": self.endpoint,
-            "region_name": "us-east-1",
+            "region_name": DUMMY_REGION,
             "session_options": CREDS,
             "table_name": f"bad-{uuid.uuid4().hex[:10]}",
             **options,
@@ -61,7 +61,7 @@ class Context:
         return name
 
     def alias(self, **conf: Any) -> None:
-        self.settings.DYNLOCK = {"default": {"REGION_NAME": "us-east-1", **conf}}
+        self.settings.DYNLOCK = {"default": {"REGION_NAME": DUMMY_REGION, **conf}}
         get_options()
 
     def no_aws_environment(self) -> None:

@@ -9,7 +9,8 @@ from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutE
 
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client
-from tests.reliability.harness import create_table, delete_table
+from tests.reliability.harness import create_table
+from tests.support.tables import delete_table
 
 
 def test_the_log_says_what_happened_to_each_request(moto_server):

@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 from django_dynlock import BackendError, LockLost, TableNotFound
 from localdynamo.servers import free_port, start_server
 from tests.reliability.harness import wait_for
-from tests.workers import client_for
+from tests.support.clients import client_for
 
 pytestmark = pytest.mark.slow
 
@@ -42,7 +42,7 @@ def fenced_put(client, table: str, token: int, value: str) -> None:
 @pytest.fixture(params=["dynamodb-local", "moto", "dynalite"])
 def restartable(request):
     """A server of its own on a fixed port, and a function that restarts it there."""
-    from tests.conftest import need_dynalite, need_dynamodb_local
+    from tests.support.tools import need_dynalite, need_dynamodb_local
 
     {"dynalite": need_dynalite, "dynamodb-local": need_dynamodb_local}.get(request.param, lambda: None)()
     port = free_port()

@@ -27,7 +27,8 @@ from typing import Any
 
 from django_dynlock.exceptions import DynLockError, LockLost, LockNotAcquired
 from tests.reliability.history import Section
-from tests.workers import client_for, shift_wall_clock, true_wall
+from tests.support.clients import client_for
+from tests.support.wallclock import shift_wall_clock, true_wall
 
 READY_TIMEOUT = 120.0  # seconds a child waits for the go signal
 

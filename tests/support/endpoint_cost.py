@@ -1,4 +1,4 @@
-"""``python -m tests.endpoint_cost URL``: what one ``make test-endpoint`` run asks of DynamoDB.
+"""``python -m tests.support.endpoint_cost URL``: what one ``make test-endpoint`` run asks of DynamoDB.
 
 Puts a recording proxy (``localdynamo/faultproxy.py``, no faults) in front of ``URL``, a plain
 ``http://`` endpoint such as a DynamoDB Local you started, runs ``make test-endpoint``

@@ -11,35 +11,8 @@ import sys
 import time
 from pathlib import Path
 
-from django_dynlock.engine import ClientOptions, LockClient
-from django_dynlock.engine.options import merge_client_config
-from localdynamo.servers import suite_region, suite_session_options
-
-# This host's true wall clock, as an offset to the monotonic one (which no shift touches).
-TRUE_WALL_MINUS_MONOTONIC = time.time() - time.monotonic()
-
-
-def true_wall(monotonic_time: float | None = None) -> float:
-    """The true wall time of a monotonic instant (default: now), even after shift_wall_clock()."""
-    return (time.monotonic() if monotonic_time is None else monotonic_time) + TRUE_WALL_MINUS_MONOTONIC
-
-
-def shift_wall_clock(offset: float) -> None:
-    """Make this whole process' wall clock (``time.time``/``time_ns``) run ``offset`` seconds off,
-    as on a host whose clock is wrong; its monotonic clock and timed waits are untouched."""
-    if offset:
-        real_time, real_time_ns = time.time, time.time_ns
-        time.time = lambda: real_time() + offset  # type: ignore[assignment]
-        time.time_ns = lambda: real_time_ns() + int(offset * 1e9)  # type: ignore[assignment]
-
-
-OPTIONS = dict(region_name=suite_region(), session_options=suite_session_options())
-
-
-def client_for(endpoint_url: str, table: str, **extra) -> LockClient:
-    options = {"lease_duration": 5.0, "heartbeat_period": 1.0, **OPTIONS, **extra}
-    options["client_config"] = merge_client_config(options.get("client_config"))
-    return LockClient(ClientOptions(endpoint_url=endpoint_url, table_name=table, **options))
+from localdynamo.servers import DUMMY_REGION
+from tests.support.clients import OPTIONS, client_for
 
 
 def critical_sections(endpoint_url: str, table: str, counter: str, rounds: int, hold: float) -> list[tuple]:
@@ -91,7 +64,7 @@ def decorated_sections(endpoint_url: str, table: str, counter: str, rounds: int)
             "LEASE_DURATION": 5.0,
             "HEARTBEAT_PERIOD": 1.0,
             "WAIT_TIMEOUT": 60.0,
-            "REGION_NAME": "us-east-1",
+            "REGION_NAME": DUMMY_REGION,
             "SESSION_OPTIONS": OPTIONS["session_options"],
         }
     }

@@ -2,7 +2,7 @@
 
 This module is both the server's settings module and its launcher:
 
-    python -m tests.admin_browser_server PORT
+    python -m tests.support.admin_server PORT
 
 with ``DYNLOCK_BROWSER_ENDPOINT``, ``DYNLOCK_BROWSER_TABLE`` and ``DYNLOCK_BROWSER_DB``
 in the environment migrates a fresh SQLite database, creates the staff user
@@ -27,7 +27,7 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
-from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION  # noqa: E402
+from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, REPO_ROOT  # noqa: E402
 
 # -- settings (read by Django when DJANGO_SETTINGS_MODULE is this module) --------------------
 # The demo's apps, middleware, templates and URLs; its own database, table and endpoint.
@@ -52,7 +52,6 @@ DYNLOCK = {
 # -- launcher -------------------------------------------------------------------------------
 USERNAME = "operator"
 PASSWORD = "operator-pw"
-REPO_ROOT = Path(__file__).resolve().parent.parent
 START_TIMEOUT = 90.0  # seconds: migrate + runserver start
 START_ATTEMPTS = 3  # fresh ports, when the server dies at once (port taken meanwhile)
 STOP_TIMEOUT = 5.0
@@ -60,7 +59,7 @@ STOP_TIMEOUT = 5.0
 
 def serve(port: int) -> None:
     """In the child: migrate, create the operator, serve until killed."""
-    os.environ["DJANGO_SETTINGS_MODULE"] = __name__ if __name__ != "__main__" else "tests.admin_browser_server"
+    os.environ["DJANGO_SETTINGS_MODULE"] = __name__ if __name__ != "__main__" else "tests.support.admin_server"
     import django
 
     django.setup()
@@ -140,7 +139,7 @@ def start_admin_server(endpoint_url: str, table: str, workdir: str) -> AdminServ
         port = free_port()
         env = server_env(
             {
-                "DJANGO_SETTINGS_MODULE": "tests.admin_browser_server",
+                "DJANGO_SETTINGS_MODULE": "tests.support.admin_server",
                 "DYNLOCK_BROWSER_ENDPOINT": endpoint_url,
                 "DYNLOCK_BROWSER_TABLE": table,
                 "DYNLOCK_BROWSER_DB": os.path.join(workdir, f"db-{port}.sqlite3"),
@@ -150,7 +149,7 @@ def start_admin_server(endpoint_url: str, table: str, workdir: str) -> AdminServ
         log = tempfile.NamedTemporaryFile(prefix=f"dynlock-admin-{port}-", suffix=".log", dir=workdir, delete=False)
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "tests.admin_browser_server", str(port)],
+                [sys.executable, "-m", "tests.support.admin_server", str(port)],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,

@@ -1,6 +1,6 @@
 """One fresh process of the takeover scenarios (tests/test_takeover.py).
 
-    python -m tests.takeover_child ROLE ENDPOINT TABLE KEY LEASE OFFSET REPORT [SECONDS] [INTERVAL]
+    python -m tests.support.takeover_child ROLE ENDPOINT TABLE KEY LEASE OFFSET REPORT [SECONDS] [INTERVAL]
 
 ROLE is ``hold`` (acquire, renew, report beliefs until killed or SECONDS pass),
 ``try`` (one try_acquire, as a cron job or a fresh worker would) or ``retry``
@@ -21,7 +21,8 @@ import sys
 import threading
 import time
 
-from tests.workers import client_for, shift_wall_clock, true_wall
+from tests.support.clients import client_for
+from tests.support.wallclock import shift_wall_clock, true_wall
 
 
 class Report:

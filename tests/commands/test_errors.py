@@ -1,0 +1,98 @@
+"""The errors every command shares: alias, settings, endpoint, table, credentials, access."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from localdynamo.servers import table_name
+from tests.support.aliases import alias_settings
+from tests.support.commands import FAST_FAIL, UNREACHABLE, fails
+
+COMMANDS = [
+    ["createlocktable"],
+    ["showlocks"],
+    ["breaklock", "k", "--noinput"],
+    ["runlocked", "k", "--", "check"],
+]
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_unknown_alias(settings, command):
+    settings.DYNLOCK = {"default": alias_settings(UNREACHABLE, "ttt"), "reports": alias_settings(UNREACHABLE, "ttt")}
+    error = fails(command[0], "--alias", "nope", *command[1:])
+    assert error.returncode == 2 and str(error) == "unknown alias 'nope': DYNLOCK defines 'default', 'reports'"
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_misconfigured_alias(settings, command):
+    settings.DYNLOCK = {"default": {**alias_settings(UNREACHABLE, "ttt"), "LEASE_DURATION": "long"}}
+    error = fails(*command)
+    assert error.returncode == 2 and "dynlock.E005" in str(error)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_unreachable_endpoint(settings, command):
+    settings.DYNLOCK = {"default": alias_settings(UNREACHABLE, "ttt", CLIENT_CONFIG=FAST_FAIL)}
+    error = fails(*command)
+    assert error.returncode == 3 and "could not connect to DynamoDB at http://127.0.0.1:9" in str(error)
+
+
+@pytest.mark.parametrize("command", COMMANDS[1:], ids=lambda c: c[0])
+def test_missing_table(server, settings, command):
+    settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, table_name())}
+    error = fails(*command)
+    assert error.returncode == 3 and "does not exist" in str(error) and "createlocktable" in str(error)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_missing_credentials(moto_server, settings, monkeypatch, command):
+    monkeypatch.delenv("AWS_ACCESS_KEY_ID")
+    monkeypatch.delenv("AWS_SECRET_ACCESS_KEY")
+    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, "ttt", SESSION_OPTIONS={})}
+    error = fails(*command)
+    assert error.returncode == 3 and "no AWS credentials found" in str(error)
+
+
+class DenyAll(BaseHTTPRequestHandler):
+    """A DynamoDB endpoint that answers every request with AccessDeniedException."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        body = json.dumps(
+            {
+                "__type": "com.amazonaws.dynamodb.v20120810#AccessDeniedException",
+                "message": "User: arn:aws:iam::1:user/ci is not authorized",
+            }
+        ).encode()
+        self.send_response(400)
+        self.send_header("Content-Type", "application/x-amz-json-1.0")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.fixture(scope="module")
+def deny_all() -> Iterator[str]:
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), DenyAll)
+    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(timeout=5)
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
+def test_access_denied(deny_all, settings, command):
+    settings.DYNLOCK = {"default": alias_settings(deny_all, "ttt")}
+    error = fails(*command)
+    assert error.returncode == 3 and "access denied to table 'ttt'" in str(error)
