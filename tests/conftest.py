@@ -64,10 +64,16 @@ def moto_server():
     server.stop()
 
 
+# dynalite keeps a new table CREATING for 500 ms by default, and every test makes a fresh
+# table: the suite's dynalite makes them ACTIVE at once (the createlocktable tests about
+# CREATING start a dynalite of their own that keeps them CREATING).
+INSTANT_TABLES = ["--createTableMs", "0", "--deleteTableMs", "0", "--updateTableMs", "0"]
+
+
 @pytest.fixture(scope="session")
 def dynalite_server():
     need_dynalite()
-    server = start_dynalite()
+    server = start_dynalite(extra_args=INSTANT_TABLES)
     yield server
     server.stop()
 

@@ -10,15 +10,33 @@ from types import SimpleNamespace
 import pytest
 
 from django_dynlock import get_lock_client
-from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, dummy_client, start_dynalite, table_name
+from localdynamo.servers import (
+    DUMMY_CREDENTIALS,
+    DUMMY_REGION,
+    LocalServer,
+    dummy_client,
+    start_dynalite,
+    table_name,
+)
 from tests.support.aliases import alias_settings
 from tests.support.commands import UNREACHABLE, fails, run
 from tests.support.tools import need_dynalite
 
 
+@pytest.fixture(scope="module")
+def dynalite_creating_slowly() -> Iterator[LocalServer]:
+    """A dynalite at its own default: new tables stay CREATING for 500 ms (the suite's
+    dynalite makes them ACTIVE at once), so that the progress lines have something to show."""
+    need_dynalite()
+    with start_dynalite() as server:
+        yield server
+
+
 @pytest.fixture
-def fresh(server, settings) -> Iterator[SimpleNamespace]:
+def fresh(server, settings, request) -> Iterator[SimpleNamespace]:
     """The default alias pointing at a table that does not exist yet."""
+    if is_dynalite(server):
+        server = request.getfixturevalue("dynalite_creating_slowly")
     name = table_name()
     settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, name)}
     boto = dummy_client(server.endpoint_url)
