@@ -79,7 +79,6 @@ def use_folder(folder: str | os.PathLike) -> None:
         task_ignore_result=True,
         result_backend=None,
         worker_hijack_root_logger=False,
-        worker_prefetch_multiplier=1,
     )
 
 
@@ -116,6 +115,16 @@ def once_report(self, user_id: str, folder: str, hold: float) -> None:
     lease = self.once_lease
     record(folder, "start", task_id=self.request.id, token=lease.token if lease else None)
     _hold(hold)
+    record(folder, "end", task_id=self.request.id)
+
+
+@app.task(bind=True, base=QueueOnce, once={"key": "retrying:{user_id}", "timeout": 60}, max_retries=1)
+def once_retrying(self, user_id: str, folder: str) -> None:
+    """Retries once, 1.5 s later: its lease goes with the retry, so the key stays taken."""
+    lease = self.once_lease
+    record(folder, "start", task_id=self.request.id, token=lease.token if lease else None, retries=self.request.retries)
+    if not self.request.retries:
+        raise self.retry(countdown=1.5)
     record(folder, "end", task_id=self.request.id)
 
 

@@ -213,6 +213,41 @@ def test_queue_once_queues_one_task_per_key_and_again_after_it_finished(run):
     run.wait_free(key, 5)
 
 
+def test_a_queue_once_task_that_retries_keeps_its_key_until_the_retry_ends(run):
+    """self.retry() hands the running task's lease to the retry's message: while the retry
+    waits for its countdown the key stays taken, the retry runs with the same fencing
+    token, and its end frees the key."""
+    user = uuid.uuid4().hex[:8]
+    key = f"retrying:{user}"
+    queued = tasks.once_retrying.delay(user, str(run.folder))
+    first = run.wait_events("start", 1, 30)[0]
+    assert first["retries"] == 0
+    time.sleep(0.5)  # the first run has ended with Retry; the retry waits 1.5 s
+    assert len(run.events("start")) == 1
+    with pytest.raises(AlreadyQueued):
+        tasks.once_retrying.delay(user, str(run.folder))
+    starts = run.wait_events("start", 2, 30)
+    assert [s["task_id"] for s in starts] == [queued.id, queued.id]
+    assert starts[1]["retries"] == 1 and starts[1]["token"] == first["token"] is not None
+    run.wait_events("end", 1, 30)
+    run.wait_free(key, 5)
+
+
+def test_a_revoked_queue_once_task_frees_its_key_without_running(run):
+    """Revoked while it waits behind two busy pool processes: the worker never runs it, and
+    its main process releases the lease the message carried (not its 60 s timeout)."""
+    user = uuid.uuid4().hex[:8]
+    for _ in range(2):  # both pool processes busy for 4 s: the revoke arrives long before
+        tasks.locked_step.delay(uuid.uuid4().hex[:8], str(run.folder), 4.0)
+    run.wait_events("start", 2, 30)
+    queued = tasks.once_report.delay(user, str(run.folder), 0.0)
+    tasks.app.control.revoke(queued.id)
+    assert run.wait_free(f"report:{user}", 10) < 6
+    run.wait_events("end", 2, 10)
+    time.sleep(0.5)
+    assert queued.id not in {e["task_id"] for e in run.events("start")}
+
+
 def test_graceful_queue_once_returns_none_and_sends_nothing(run):
     user = uuid.uuid4().hex[:8]
     with run.client.acquire(f"graceful:{user}"):
