@@ -19,6 +19,7 @@ Importing this module imports Celery; nothing else in django_dynlock does.
 from __future__ import annotations
 
 import contextvars
+import datetime
 import inspect
 import logging
 from collections import OrderedDict
@@ -250,10 +251,8 @@ class QueueOnce(Task):
         """Hand the running task's lease to its retry: kept for the countdown plus ``timeout``."""
         countdown = options.get("countdown") or 0.0
         eta = options.get("eta")
-        if eta is not None:
-            from django.utils import timezone
-
-            countdown = max(countdown, (eta - timezone.now()).total_seconds())
+        if isinstance(eta, datetime.datetime):
+            countdown = max(countdown, (eta - datetime.datetime.now(tz=eta.tzinfo)).total_seconds())
         handover = running.lease.hand_over(keep=once.timeout + max(0.0, float(countdown)))
         running.handed_over = True
         return handover
@@ -264,24 +263,25 @@ class QueueOnce(Task):
 
         A task sent without the header (``send_task`` by name, a message from before
         QueueOnce) or called directly runs unlocked. One whose lease ended before it
-        started (queued past ``timeout``, delivered twice) runs all the same, and says so:
-        queuing once is about what is queued, and this message is.
+        started (queued past ``timeout``, delivered again) takes the key afresh if it is
+        free, and otherwise runs all the same and says so (see ``_take_anew``).
         """
         ticket = _ticket(self.request)
         if ticket is None or getattr(self.request, "called_directly", True):
             return super().__call__(*args, **kwargs)
         handover, alias = ticket
         client = get_lock_client(alias)
-        if self._once().unlock_before_run:
+        once = self._once()
+        if once.unlock_before_run:
             _release_quietly(handover, alias, "unlock_before_run")
             return super().__call__(*args, **kwargs)
         try:
-            lease = client.adopt(handover, lease=self._once().lease)
+            lease = client.adopt(handover, lease=once.lease)
         except DynLockError as exc:
-            logger.warning(
-                "%s[%s] runs without its once lease on %r: %s", self.name, self.request.id, handover.key, exc
-            )
-            return super().__call__(*args, **kwargs)
+            taken = _take_anew(self, client, handover, once, exc)
+            if taken is None:
+                return super().__call__(*args, **kwargs)
+            lease = taken
         running = _Running(task_id=str(self.request.id), lease=lease, alias=alias)
         token = _running.set(running)
         try:
@@ -297,6 +297,21 @@ class QueueOnce(Task):
                     logger.warning(
                         "%s[%s]: the once lease on %r ended early: %s", self.name, self.request.id, lease.key, exc
                     )
+
+
+def _take_anew(task: QueueOnce, client: Any, handover: Handover, once: _Once, why: DynLockError) -> Lease | None:
+    """The lease this message carried is gone: queued past ``timeout``, or delivered
+    again after a worker crash (``acks_late``), its first run's lease since run out.
+    Take the key afresh if it is free (a new token); if it is not (another enqueue or
+    another copy of this message holds it), run unlocked and say so: the message is
+    queued, and queuing once is about what is queued, not what runs."""
+    try:
+        lease = client.try_acquire(handover.key, lease=once.lease, holder=task_holder(task))
+    except DynLockError:
+        lease = None
+    if lease is None:
+        logger.warning("%s[%s] runs without its once lease on %r: %s", task.name, task.request.id, handover.key, why)
+    return lease
 
 
 def _ticket(source: Any) -> tuple[Handover, str] | None:

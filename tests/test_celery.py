@@ -248,6 +248,28 @@ def test_a_revoked_queue_once_task_frees_its_key_without_running(run):
     assert queued.id not in {e["task_id"] for e in run.events("start")}
 
 
+def test_a_message_whose_lease_is_gone_takes_the_key_afresh_or_runs_unlocked(run, caplog):
+    """A message that outlived its lease (queued past its timeout, or delivered again
+    after a crash): it takes the key afresh when free, and runs all the same, with a
+    warning, when someone else holds it. Run in this process (apply), headers as sent."""
+    from django_dynlock.celery import HEADER
+
+    user = uuid.uuid4().hex[:8]
+    key = f"report:{user}"
+    stale = run.client.acquire(key, lease=1).hand_over()
+    assert run.client.release_handover(stale)
+    headers = {HEADER: {**stale.as_dict(), "alias": "default"}}
+    tasks.once_report.apply((user, str(run.folder), 0.0), headers=headers)
+    start = run.events("start")[-1]
+    assert start["token"] is not None and start["token"] > stale.token  # a lease of its own, released since
+    assert run.client.get(key) is None and "runs without its once lease" not in caplog.text
+
+    with run.client.acquire(key):
+        tasks.once_report.apply((user, str(run.folder), 0.0), headers=headers)
+    assert run.events("start")[-1]["token"] is None and len(run.events("end")) == 2
+    assert "runs without its once lease" in caplog.text
+
+
 def test_graceful_queue_once_returns_none_and_sends_nothing(run):
     user = uuid.uuid4().hex[:8]
     with run.client.acquire(f"graceful:{user}"):
