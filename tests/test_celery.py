@@ -184,9 +184,9 @@ def test_six_locked_tasks_run_one_at_a_time_and_all_complete(run):
     assert any(s["retries"] > 0 for s in starts), "no task was ever busy: the test proves nothing"
 
 
-def test_queue_once_queues_one_task_per_key_and_again_after_it_finished(run):
+def test_queue_once_queues_one_task_per_key_and_again_after_it_finished(run, admin_client):
     """QueueOnce: of five delay() calls one is queued and four raise AlreadyQueued (with
-    the holder and a retry-after); showlocks names the task and its id; the task gets the
+    the holder and a retry-after); showlocks and the admin name the task and its id; the task gets the
     enqueue's fencing token; once it finished, a sixth delay() is queued again."""
     user = uuid.uuid4().hex[:8]
     key = f"report:{user}"
@@ -199,6 +199,8 @@ def test_queue_once_queues_one_task_per_key_and_again_after_it_finished(run):
         assert busy.value.holder.holder == {"task": "tests.celery_app.once_report", "task_id": queued.id}
     shown = showlocks("report:")
     assert "tests.celery_app.once_report" in shown and f"task_id={queued.id}" in shown
+    page = admin_client.get("/admin/django_dynlock/lease/").content.decode()
+    assert "tests.celery_app.once_report" in page and f"task id {queued.id}" in page
 
     start = run.wait_events("start", 1, 30)[0]
     assert start["task_id"] == queued.id and start["token"] == token
