@@ -22,6 +22,7 @@ import contextvars
 import datetime
 import inspect
 import logging
+import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -214,10 +215,11 @@ class QueueOnce(Task):
         once = self._once()
         headers = dict(options.pop("headers", None) or {})
         running = _running.get()
+        handover: Handover | None = None
         if running is not None and task_id == running.task_id and HEADER in headers:
             # self.retry() re-sends the running task: the lease goes with the new message.
             handover = self._hand_on(running, once, options)
-        else:
+        if handover is None:
             headers.pop(HEADER, None)  # never trust a lease we did not take here
             task_id = task_id or uuid()
             client = get_lock_client(once.using)
@@ -247,13 +249,20 @@ class QueueOnce(Task):
             _release_quietly(handover, once.using, "the task could not be sent")
             raise
 
-    def _hand_on(self, running: _Running, once: _Once, options: Mapping[str, Any]) -> Handover:
+    def _hand_on(self, running: _Running, once: _Once, options: Mapping[str, Any]) -> Handover | None:
         """Hand the running task's lease to its retry: kept for the countdown plus ``timeout``."""
         countdown = options.get("countdown") or 0.0
         eta = options.get("eta")
         if isinstance(eta, datetime.datetime):
             countdown = max(countdown, (eta - datetime.datetime.now(tz=eta.tzinfo)).total_seconds())
-        handover = running.lease.hand_over(keep=once.timeout + max(0.0, float(countdown)))
+        try:
+            handover = running.lease.hand_over(keep=once.timeout + max(0.0, float(countdown)))
+        except DynLockError as exc:
+            # Lost while the task ran (an outage, a break): the retry queues like a new task.
+            logger.warning(
+                "%s[%s]: the once lease on %r ended early: %s", self.name, running.task_id, running.lease.key, exc
+            )
+            return None
         running.handed_over = True
         return handover
 
@@ -350,10 +359,14 @@ def _release_quietly(handover: Handover, alias: str, why: str) -> None:
 
 _RECEIVED_CAP = 10_000
 _received: OrderedDict[str, tuple[Handover, str]] = OrderedDict()
+_received_lock = threading.Lock()  # the consumer and the pool's timeout handler both use it
 
 
 def _forget(task_id: str | None) -> tuple[Handover, str] | None:
-    return _received.pop(task_id, None) if task_id else None
+    if not task_id:
+        return None
+    with _received_lock:
+        return _received.pop(task_id, None)
 
 
 @signals.task_received.connect(weak=False)
@@ -362,9 +375,10 @@ def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
         return
     ticket = _ticket(getattr(request, "request_dict", None) or {})
     if ticket is not None:
-        _received[request.id] = ticket
-        while len(_received) > _RECEIVED_CAP:
-            _received.popitem(last=False)
+        with _received_lock:
+            _received[request.id] = ticket
+            while len(_received) > _RECEIVED_CAP:
+                _received.popitem(last=False)
 
 
 @signals.task_revoked.connect(weak=False)
