@@ -79,6 +79,7 @@ def use_folder(folder: str | os.PathLike) -> None:
         task_ignore_result=True,
         result_backend=None,
         worker_hijack_root_logger=False,
+        worker_lost_wait=1.0,  # report a killed pool process after 1 s, not Celery's 10
     )
 
 
@@ -170,3 +171,17 @@ def crash_victim(self, name: str, folder: str) -> None:
     record(folder, "start", task_id=self.request.id)
     _hold(60)
     record(folder, "end", task_id=self.request.id)
+
+
+@app.task(bind=True, base=QueueOnce, once={"key": "once-victim:{name}", "timeout": 60, "lease": 30})
+def once_victim(self, name: str, folder: str) -> None:
+    """A QueueOnce task whose pool process the test kills: the main process frees its key."""
+    record(folder, "start", task_id=self.request.id)
+    _hold(60)
+
+
+@app.task(bind=True, max_retries=1)
+@dynamo_lock("retry-once:{name}", on_busy="retry")
+def retry_once(self, name: str) -> str:
+    """Retried once when busy; then fails with the LockNotAcquired."""
+    return "ran"

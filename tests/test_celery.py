@@ -24,7 +24,7 @@ pytest.importorskip("celery")
 
 from django.core.management import call_command  # noqa: E402
 
-from django_dynlock import LockClient, get_lock_client  # noqa: E402
+from django_dynlock import InvalidArgument, LockClient, LockNotAcquired, dynamo_lock, get_lock_client  # noqa: E402
 from django_dynlock.celery import AlreadyQueued  # noqa: E402
 from django_dynlock.engine import ClientOptions  # noqa: E402
 from localdynamo.servers import REPO_ROOT, suite_region, suite_session_options, table_name  # noqa: E402
@@ -337,3 +337,36 @@ def test_the_package_imports_nothing_from_celery_until_asked():
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_a_queue_once_task_whose_pool_process_is_killed_frees_its_key_at_once(run):
+    """WorkerLostError: the worker's main process releases the lease the message carried
+    once it reports the lost process (worker_lost_wait, 1 s here), long before the task's
+    30 s lease (renewed by the dead process until the kill) would run out."""
+    name = uuid.uuid4().hex[:8]
+    tasks.once_victim.delay(name, str(run.folder))
+    start = run.wait_events("start", 1, 30)[0]
+    assert run.client.get(f"once-victim:{name}").pid == start["pid"]  # adopted by the pool process
+    os.kill(start["pid"], signal.SIGKILL)
+    assert run.wait_free(f"once-victim:{name}", 10) < 5
+
+
+def test_retry_past_max_retries_fails_the_task_with_lock_not_acquired(run):
+    """on_busy="retry" counts against max_retries; past it, the task fails with the
+    LockNotAcquired (run eagerly here: Celery retries at once, in this process)."""
+    name = uuid.uuid4().hex[:8]
+    with run.client.acquire(f"retry-once:{name}"):
+        result = tasks.retry_once.apply((name,))
+    assert result.failed() and isinstance(result.result, LockNotAcquired)
+    assert tasks.retry_once.apply((name,)).get() == "ran"
+    with pytest.raises(InvalidArgument, match="no task is running"):
+        _busy_outside_a_task(run)
+
+
+def _busy_outside_a_task(run) -> None:
+    @dynamo_lock("outside:{n}", on_busy="retry")
+    def locked(n):
+        return n
+
+    with run.client.acquire("outside:1"):
+        locked(1)
