@@ -63,18 +63,27 @@ from django_dynlock.celery import QueueOnce  # noqa: E402
 app = Celery("tests.celery_app")
 
 
+def transport_options(folder: str | os.PathLike) -> dict:
+    """kombu's filesystem transport in ``folder``: messages, exchange tables and read
+    messages all inside it (by default read ones pass through the machine's /tmp)."""
+    queue, processed = Path(folder, "queue"), Path(folder, "processed")
+    queue.mkdir(parents=True, exist_ok=True)
+    processed.mkdir(exist_ok=True)
+    return {
+        "data_folder_in": str(queue),
+        "data_folder_out": str(queue),
+        "control_folder": str(Path(folder, "control")),
+        "store_processed": True,
+        "processed_folder": str(processed),
+        "polling_interval": 0.05,
+    }
+
+
 def use_folder(folder: str | os.PathLike) -> None:
     """Point the broker at ``folder`` (the worker's and the tests' app alike)."""
-    queue = Path(folder, "queue")
-    queue.mkdir(parents=True, exist_ok=True)
     app.conf.update(
         broker_url="filesystem://",
-        broker_transport_options={
-            "data_folder_in": str(queue),
-            "data_folder_out": str(queue),
-            "control_folder": str(Path(folder, "control")),
-            "polling_interval": 0.05,
-        },
+        broker_transport_options=transport_options(folder),
         broker_connection_retry_on_startup=True,
         task_ignore_result=True,
         result_backend=None,

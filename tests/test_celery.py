@@ -7,6 +7,7 @@ What each test proves is in its docstring; tests/celery_app.py has the tasks.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import pytest
 pytest.importorskip("celery")
 
 from django.core.management import call_command  # noqa: E402
+from kombu import Connection  # noqa: E402
 
 from django_dynlock import InvalidArgument, LockClient, LockNotAcquired, dynamo_lock, get_lock_client  # noqa: E402
 from django_dynlock.celery import AlreadyQueued  # noqa: E402
@@ -54,26 +56,21 @@ class Worker:
     table: str
     folder: Path
     log: Path
+    queue: str = "celery"
+
+    def send(self, task, *args):
+        """``task.apply_async(args)`` to this worker's queue, through its own folder."""
+        with Connection("filesystem://", transport_options=tasks.transport_options(self.folder)) as connection:
+            return task.apply_async(args, queue=self.queue, connection=connection)
 
     def tail(self) -> str:
         return "\n".join(self.log.read_text(errors="replace").splitlines()[-40:])
 
 
-@pytest.fixture(scope="module")
-def worker(dynamodb_local_server, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("celery")
-    table = table_name()
-    endpoint = dynamodb_local_server.endpoint_url
-    client = LockClient(
-        ClientOptions(
-            endpoint_url=endpoint,
-            table_name=table,
-            region_name=suite_region(),
-            session_options=suite_session_options(),
-        )
-    )
-    client.create_table(wait=True)
-    client.close()
+@contextlib.contextmanager
+def started_worker(endpoint: str, table: str, folder: Path, queue: str = "celery", graceful: bool = True):
+    """``celery -A tests.celery_app worker`` consuming ``queue``, ready, and stopped at the
+    end: by a warm shutdown (SIGTERM, then SIGKILL after 5 s), or at once if not ``graceful``."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(
         DYNLOCK_CELERY_DIR=str(folder),
@@ -81,7 +78,8 @@ def worker(dynamodb_local_server, tmp_path_factory):
         DYNLOCK_TEST_TABLE=table,
         PYTHONPATH=str(REPO_ROOT),
     )
-    log = folder / "worker.log"
+    folder.mkdir(parents=True, exist_ok=True)
+    log = folder / f"worker-{queue}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
             [
@@ -97,6 +95,8 @@ def worker(dynamodb_local_server, tmp_path_factory):
                 "--without-mingle",
                 "--without-heartbeat",
                 "--loglevel=INFO",
+                "-Q",
+                queue,
                 "-n",
                 f"dynlock-{uuid.uuid4().hex[:6]}@%h",
             ],
@@ -106,20 +106,51 @@ def worker(dynamodb_local_server, tmp_path_factory):
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    running = Worker(process, endpoint, table, folder, log)
+    running = Worker(process, endpoint, table, folder, log, queue)
     try:
         wait_for(lambda: process.poll() is not None or " ready." in log.read_text(errors="replace"), 60, "the worker")
         assert process.poll() is None, f"the worker exited:\n{running.tail()}"
-        tasks.use_folder(folder)
         yield running
     finally:
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+            os.killpg(process.pid, signal.SIGTERM if graceful else signal.SIGKILL)
             try:
                 process.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=15)
+
+
+@pytest.fixture(scope="module")
+def worker(dynamodb_local_server, tmp_path_factory):
+    """The module's worker, on the default queue, and its table."""
+    folder = tmp_path_factory.mktemp("celery")
+    table = table_name()
+    endpoint = dynamodb_local_server.endpoint_url
+    client = LockClient(
+        ClientOptions(
+            endpoint_url=endpoint,
+            table_name=table,
+            region_name=suite_region(),
+            session_options=suite_session_options(),
+        )
+    )
+    client.create_table(wait=True)
+    client.close()
+    tasks.use_folder(folder)
+    with started_worker(endpoint, table, folder) as running:
+        yield running
+
+
+@pytest.fixture
+def own_worker(worker, tmp_path):
+    """A worker of its own (its own broker folder and queue) for a test that kills a pool
+    process: billiard's pool may stall for good after one of its processes is killed
+    mid-task, and no later test should depend on it. Send to it with ``own.send``."""
+    queue = f"q-{uuid.uuid4().hex[:8]}"
+    folder = tmp_path / "broker"
+    with started_worker(worker.endpoint_url, worker.table, folder, queue, graceful=False) as own:
+        yield own
 
 
 @dataclass
@@ -291,23 +322,23 @@ def test_a_task_at_its_soft_time_limit_releases_its_lock(run, task):
     assert run.wait_free(key, 3) < 3
 
 
-def test_a_queue_once_task_killed_at_its_hard_time_limit_frees_its_key(run):
+def test_a_queue_once_task_killed_at_its_hard_time_limit_frees_its_key(run, own_worker):
     """The worker's main process releases the lease the killed task's message carried,
     long before the task's 30 s lease would run out."""
     name = uuid.uuid4().hex[:8]
-    tasks.hard_limited_once.delay(name, str(run.folder))
+    own_worker.send(tasks.hard_limited_once, name, str(run.folder))
     run.wait_events("start", 1, 30)
     assert run.client.get(f"hard-once:{name}") is not None
     run.wait_free(f"hard-once:{name}", 8)
 
 
-def test_a_pool_process_killed_mid_task_does_not_block_the_key_past_crash_recovery(run):
+def test_a_pool_process_killed_mid_task_does_not_block_the_key_past_crash_recovery(run, own_worker):
     """SIGKILL to the pool process running a locked task (an OOM kill): nothing releases
     the key, and any process takes it within the lease + 3 s. Before the kill, showlocks
     shows the task and its id as the holder, on the pool process."""
     name = uuid.uuid4().hex[:8]
     key = f"victim:{name}"
-    result = tasks.crash_victim.delay(name, str(run.folder))
+    result = own_worker.send(tasks.crash_victim, name, str(run.folder))
     start = run.wait_events("start", 1, 30)[0]
     shown = showlocks("victim:")
     assert "tests.celery_app.crash_victim" in shown and f"task_id={result.id}" in shown
@@ -339,12 +370,12 @@ def test_the_package_imports_nothing_from_celery_until_asked():
     assert done.stdout.strip() == "[]"
 
 
-def test_a_queue_once_task_whose_pool_process_is_killed_frees_its_key_at_once(run):
+def test_a_queue_once_task_whose_pool_process_is_killed_frees_its_key_at_once(run, own_worker):
     """WorkerLostError: the worker's main process releases the lease the message carried
     once it reports the lost process (worker_lost_wait, 1 s here), long before the task's
     30 s lease (renewed by the dead process until the kill) would run out."""
     name = uuid.uuid4().hex[:8]
-    tasks.once_victim.delay(name, str(run.folder))
+    own_worker.send(tasks.once_victim, name, str(run.folder))
     start = run.wait_events("start", 1, 30)[0]
     assert run.client.get(f"once-victim:{name}").pid == start["pid"]  # adopted by the pool process
     os.kill(start["pid"], signal.SIGKILL)
