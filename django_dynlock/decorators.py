@@ -15,6 +15,7 @@ import logging
 import math
 import re
 import string
+import sys
 import threading
 import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
@@ -37,7 +38,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 KeySpec = str | Callable[..., str | Sequence[str]]
 Handle = Lease | LeaseGroup
 
-RAISE, SKIP = "raise", "skip"
+RAISE, SKIP, RETRY = "raise", "skip", "retry"
 ON_LOST = ("raise", "log")
 _formatter = string.Formatter()
 
@@ -238,13 +239,33 @@ def _find_request(args: tuple) -> HttpRequest | None:
     return None
 
 
+def _celery_task(args: Sequence[Any]) -> Any:
+    """The Celery task this call runs in, or None. Imports nothing from Celery unless
+    the program already did (a process that runs tasks has)."""
+    if "celery" not in sys.modules:
+        return None
+    from .celery import running_task
+
+    return running_task(args)
+
+
 def _holder(
-    func: Callable[..., Any] | None, request: HttpRequest | None, extra: Mapping[str, Any] | None
+    func: Callable[..., Any] | None,
+    request: HttpRequest | None,
+    extra: Mapping[str, Any] | None,
+    args: Sequence[Any] = (),
 ) -> dict[str, Any]:
     holder: dict[str, Any] = {}
     if func is not None:
         name = f"{func.__module__}.{func.__qualname__}"
         holder["view" if request is not None else "function"] = name
+    task = _celery_task(args) if request is None else None
+    if task is not None:
+        from .celery import task_holder
+
+        holder.update(task_holder(task))
+        if holder.get("function") == holder["task"]:
+            del holder["function"]  # the task's own body: its name says it once
     if request is not None:
         holder["path"] = request.path
         user = getattr(request, "user", None)
@@ -293,9 +314,10 @@ class dynamo_lock:
                     raise InvalidArgument("a lock key template must not be empty")
                 if _is_template(key):
                     _placeholders(key)
-        if on_busy is not None and not (on_busy in (RAISE, SKIP) or callable(on_busy) or _is_status(on_busy)):
+        if on_busy is not None and not (on_busy in (RAISE, SKIP, RETRY) or callable(on_busy) or _is_status(on_busy)):
             raise InvalidArgument(
-                f"on_busy must be 'raise', 'skip', an HTTP status code or a callable, got {on_busy!r}"
+                f"on_busy must be 'raise', 'skip', 'retry' (Celery tasks), an HTTP status code or a callable, "
+                f"got {on_busy!r}"
             )
         if on_lost not in ON_LOST:
             raise InvalidArgument(f"on_lost must be one of {ON_LOST}, got {on_lost!r}")
@@ -343,7 +365,7 @@ class dynamo_lock:
             return client.acquire(keys[0], wait=self.wait, lease=self.lease, holder=holder)
         return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder)
 
-    def _busy(self, error: LockNotAcquired, request: HttpRequest | None) -> Any:
+    def _busy(self, error: LockNotAcquired, request: HttpRequest | None, args: Sequence[Any] = ()) -> Any:
         policy = self.on_busy
         if policy is None:
             policy = 423 if request is not None else RAISE
@@ -351,6 +373,10 @@ class dynamo_lock:
             raise error
         if policy == SKIP:
             return None
+        if policy == RETRY:
+            from .celery import retry_busy_task  # only a Celery task can be retried
+
+            return retry_busy_task(args, error)
         if callable(policy):
             return policy(request, error)
         return busy_response(error, status=int(policy))
@@ -401,11 +427,11 @@ class dynamo_lock:
                 if self._reentered(resolved) is not None:
                     return await func(*args, **kwargs)
                 request = _find_request(args)
-                holder = _holder(func, request, self.holder)
+                holder = _holder(func, request, self.holder, args)
                 try:
                     handle = await _acquire_in_thread(lambda: self._acquire(resolved, holder))
                 except LockNotAcquired as error:
-                    return self._busy(error, request)
+                    return self._busy(error, request, args)
                 token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
                 failure: BaseException | None = None
                 try:
@@ -428,9 +454,9 @@ class dynamo_lock:
                 return func(*args, **kwargs)
             request = _find_request(args)
             try:
-                handle = self._acquire(resolved, _holder(func, request, self.holder))
+                handle = self._acquire(resolved, _holder(func, request, self.holder, args))
             except LockNotAcquired as error:
-                return self._busy(error, request)
+                return self._busy(error, request, args)
             token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
             failure: BaseException | None = None
             try:

@@ -36,6 +36,7 @@ class Row:
     lease_seconds: str
     detail_url: str = ""
     break_url: str = ""
+    task_id: str = ""  # a Celery task's id (django_dynlock.celery): shown with the task's name
 
     @property
     def key(self) -> str:
@@ -70,6 +71,7 @@ def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
         left=max(0.0, left or 0.0),
         left_percent=percent,
         lease_seconds=fmt.duration(seconds) if seconds else "-",
+        task_id=info.holder.get("task_id", "") if what_key == "task" else "",
     )
 
 

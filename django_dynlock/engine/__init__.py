@@ -4,9 +4,10 @@ The Django layers (settings, checks, decorator, commands, admin) sit on top of i
 """
 
 from .client import LockClient
+from .handover import Handover
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
 from .options import ClientOptions
 from .table import TableStatus
 
-__all__ = ["ClientOptions", "Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "LockClient", "TableStatus"]
+__all__ = ["ClientOptions", "Handover", "Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "LockClient", "TableStatus"]

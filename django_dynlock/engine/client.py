@@ -25,6 +25,7 @@ from . import requests as rq
 from .base import Listener, live_clients
 from .breaking import Breaking
 from .failures import describe_endpoint
+from .handover import HandingOver, Handover
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup
 from .multikey import MAX_KEYS_PER_TRANSACTION, MultiKey
@@ -32,10 +33,10 @@ from .table import TableStatus, create_table, describe_table
 
 logger = logging.getLogger("django_dynlock")
 
-__all__ = ["Listener", "LockClient"]
+__all__ = ["Handover", "Listener", "LockClient"]
 
 
-class LockClient(MultiKey, Breaking):
+class LockClient(MultiKey, Breaking, HandingOver):
     """Acquire, renew, release, list and break leases stored in one DynamoDB table.
 
     Thread-safe. One instance per process and table is enough: it owns the boto3
@@ -132,6 +133,26 @@ class LockClient(MultiKey, Breaking):
         if len(by_stored) > MAX_KEYS_PER_TRANSACTION:
             raise InvalidArgument(f"acquire_many() takes at most {MAX_KEYS_PER_TRANSACTION} keys, got {len(by_stored)}")
         return self._acquire_all(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+
+    def adopt(self, handover: Handover, *, lease: float | None = None) -> Lease:
+        """Continue a lease another process handed over (``Lease.hand_over``): one write.
+
+        From then on this client renews it and ``release()`` ends it, as if it had
+        acquired it; its token is the one the giver got. Raises LockLost when the
+        lease is no longer there to adopt (released, broken, taken over after its
+        expiry, or adopted by another process first: a message delivered twice).
+        """
+        self._check_open()
+        return self._adopt(handover, self._lease_seconds(lease))
+
+    def release_handover(self, handover: Handover) -> bool:
+        """End a handed-over lease without adopting it (one write), e.g. for a task that
+        will never run. True once that lease is released (by this call, or before by
+        whoever held it under the handover); False if it ended otherwise (broken, or
+        taken over after its expiry): a later holder's lease is never touched.
+        """
+        self._check_open()
+        return self._release_handover(handover)
 
     def server_time(self) -> float:
         """DynamoDB's clock now (epoch seconds), as this client estimates it from its replies."""

@@ -38,8 +38,9 @@ RESERVED_BY = "reserved_by"
 BREAK_PREFIX = "break:"
 
 # Holder metadata that says what holds a lease (the first one set), and for whom: how
-# ``LeaseInfo.describe`` names the holder, and the admin's and showlocks' columns.
-WHAT_KEYS = ("view", "function", "command")
+# ``LeaseInfo.describe`` names the holder, and the admin's and showlocks' columns. A
+# Celery task (django_dynlock.celery) comes first: the function it calls is a detail.
+WHAT_KEYS = ("task", "view", "function", "command")
 USER_KEY = "user"
 
 # Where the last releases are remembered, so that an acquire attempt delayed in the

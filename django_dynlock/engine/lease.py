@@ -24,6 +24,7 @@ from .items import LeaseInfo
 
 if TYPE_CHECKING:
     from .client import LockClient
+    from .handover import Handover
 
 logger = logging.getLogger("django_dynlock")
 
@@ -163,6 +164,17 @@ class Lease(_ReleasedOnExit):
         its stored expiry has passed by DynamoDB's clock.
         """
         self._client._keep_for(self, seconds)
+
+    def hand_over(self, keep: float | None = None) -> Handover:
+        """Stop renewing and releasing this lease here, and return what another process
+        needs to continue it (``client.adopt``) or end it (``client.release_handover``).
+
+        With ``keep``, first restamp the expiry ``keep`` seconds ahead (one write): the
+        lease must outlast the time until the other process takes it on (a queued
+        task). Without, no write: it ends at the expiry of its last write. Until then
+        nobody can take the key but the receiver; after, anyone.
+        """
+        return self._client._hand_over(self, keep)
 
     def release(self) -> None:
         """Release the lock (one conditional write).

@@ -165,6 +165,53 @@ def renew(
     }
 
 
+def adopt(
+    options: ClientOptions,
+    stored: str,
+    *,
+    owner: str,
+    token: int,
+    handed_seq: int,
+    rvn: str,
+    seq: int,
+    lease_seconds: float,
+    stamp: float,
+    host: str,
+    pid: int,
+    thread: str,
+) -> Request:
+    """A renewal by the process a lease was handed to (see handover.py): the expiry becomes
+    ``stamp + lease_seconds`` and the item names the new process. Conditioned on the
+    sequence number the giver stopped at, not just below ours: of two processes handed
+    the same lease (a message delivered twice), only the first write applies."""
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": (
+            "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc, "
+            "#host = :host, #pid = :pid, #thread = :thread"
+        ),
+        "ConditionExpression": "#owner = :me AND #fence = :token AND #seq = :handed",
+        "ExpressionAttributeNames": {
+            **names(it.OWNER, it.FENCE, it.RVN, it.SEQ, it.LEASE_MS, it.EXPIRES_AT, it.HOST, it.PID, it.THREAD),
+            "#gc": options.ttl_attribute,
+        },
+        "ExpressionAttributeValues": {
+            ":me": {"S": owner},
+            ":token": it.num(token),
+            ":handed": it.num(handed_seq),
+            ":rvn": {"S": rvn},
+            ":seq": it.num(seq),
+            ":lease_ms": it.num(int(math.ceil(lease_seconds * 1000))),
+            ":expires": it.num(stamp + lease_seconds),
+            ":gc": gc_at(options, stamp, lease_seconds),
+            ":host": {"S": host},
+            ":pid": it.num(pid),
+            ":thread": {"S": thread},
+        },
+        "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
+    }
+
+
 def reserve(options: ClientOptions, stored: str, *, owner: str, holder: str) -> Request:
     """A starving waiter's claim of the next turn after ``holder`` (conditioned on that
     holder, so that a claim delayed in the network cannot land under a later one)."""

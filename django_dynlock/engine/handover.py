@@ -1,0 +1,171 @@
+"""Handing a lease from one process to another: the enqueuer of a task to its worker.
+
+A lease is owned by its acquisition's owner id (docs/protocol.md), not by a process:
+whoever knows the owner id writes as that acquisition. A :class:`Handover` is that
+knowledge, small enough for a message header. The giving process stops renewing
+(``Lease.hand_over``); the receiving one either continues the lease, renewed by its
+own heartbeat (``LockClient.adopt``), or ends it (``LockClient.release_handover``).
+Every write is one the holder itself could have made (a renewal, a release), so the
+protocol's guarantees hold unchanged; adoption is additionally conditioned on the
+sequence number the giver stopped at, so that of two processes handed the same lease
+(a message delivered twice) only one holds it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from ..exceptions import InvalidArgument, LockLost, LockNotAcquired
+from . import items as it
+from . import requests as rq
+from .holding import Holding
+from .lease import Lease
+
+logger = logging.getLogger("django_dynlock")
+
+__all__ = ["Handover", "HandingOver"]
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A lease on its way to another process: its key, owner id, token and the
+    sequence number of its last write. ``as_dict()``/``from_dict()`` carry it in a
+    message (all values strings, so any serializer keeps them exact)."""
+
+    key: str
+    owner: str
+    token: int
+    seq: int
+
+    def as_dict(self) -> dict[str, str]:
+        return {"key": self.key, "owner": self.owner, "token": str(self.token), "seq": str(self.seq)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Handover:
+        """The Handover of ``as_dict()``; InvalidArgument if ``data`` is not one."""
+        try:
+            key, owner = data["key"], data["owner"]
+            token, seq = int(data["token"]), int(data["seq"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(f"not a lease handover: {data!r}") from exc
+        if not (isinstance(key, str) and key and isinstance(owner, str) and owner) or seq < 1:
+            raise InvalidArgument(f"not a lease handover: {data!r}")
+        return cls(key=key, owner=owner, token=token, seq=seq)
+
+
+class HandingOver(Holding):
+    """``Lease.hand_over``, ``LockClient.adopt`` and ``LockClient.release_handover``."""
+
+    def _hand_over(self, lease: Lease, keep: float | None) -> Handover:
+        self._check_open()
+        lease.raise_if_lost()
+        with lease.upkeep.renew_lock:
+            if keep is not None:
+                # One renewal write: the lease now ends `keep` seconds ahead, whoever renews it next.
+                self._renew_once(lease, self._lease_seconds(keep))
+            handover = Handover(key=lease.key, owner=lease.owner, token=lease.token, seq=lease.upkeep.seq)
+            # From here on this process neither renews nor releases it.
+            lease.upkeep.mark_released()
+        self._stop_holding(lease)
+        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        return handover
+
+    def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
+        stored = self.options.prefixed(handover.key)
+        if not self._keylocks.enter(stored, 0.0):
+            local = self._local_holder(stored)
+            raise LockNotAcquired(handover.key, holder=local, retry_after=local.lease_seconds if local else None)
+        try:
+            lease = self._adopt_remote(handover, stored, lease_seconds)
+        except BaseException:
+            self._keylocks.leave(stored)
+            raise
+        self._start_holding(lease, waited=0.0)
+        return lease
+
+    def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
+        seq = handover.seq + 1
+        rvn = uuid.uuid4().hex
+        sent = time.monotonic()
+        stamp = self._stamp(sent)
+        request = rq.adopt(
+            self.options,
+            stored,
+            owner=handover.owner,
+            token=handover.token,
+            handed_seq=handover.seq,
+            rvn=rvn,
+            seq=seq,
+            lease_seconds=lease_seconds,
+            stamp=stamp,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            thread=threading.current_thread().name,
+        )
+        try:
+            reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
+            item = reply.get("Attributes", {})
+        except ClientError as exc:
+            item = self._store.old_item(exc, stored) or {}
+            # Our own earlier try, its reply lost, wrote this rvn; anyone else's write did not.
+            if not (item.get(it.OWNER, {}).get("S") == handover.owner and item.get(it.RVN, {}).get("S") == rvn):
+                raise self._not_adopted(handover, item) from None
+        info = self._info(item)
+        return Lease(
+            self._as_client,
+            key=handover.key,
+            stored_key=stored,
+            owner=handover.owner,
+            token=handover.token,
+            lease_seconds=lease_seconds,
+            sent_at=sent,
+            ends_at=self._holder_end(sent, lease_seconds, stamp + lease_seconds),
+            seq=seq,
+            holder=dict(info.holder) if info is not None else None,
+        )
+
+    def _not_adopted(self, handover: Handover, item: Mapping[str, Any]) -> LockLost:
+        info = self._info(item)
+        if info is not None and info.owner == handover.owner and info.token == handover.token:
+            # Same acquisition, later write: another process adopted it first.
+            return LockLost(handover.key, handover.token, "taken", "the lease was adopted by another process")
+        if info is not None and info.owner is None and info.was_broken:
+            return LockLost(handover.key, handover.token, "broken", f"broken: {info.break_reason or ''}")
+        if info is not None and info.owner is None:
+            return LockLost(handover.key, handover.token, "released", "the lease was released")
+        detail = f"now held with token {info.token}" if info is not None and info.owner else "the lock item is gone"
+        return LockLost(handover.key, handover.token, "taken", detail)
+
+    def _release_handover(self, handover: Handover) -> bool:
+        stored = self.options.prefixed(handover.key)
+        try:
+            self._store.call(
+                "update_item",
+                "release a handed-over lease",
+                ReturnValuesOnConditionCheckFailure="ALL_OLD",
+                **self._release_request(stored, handover.owner, handover.token),
+            )
+        except ClientError as exc:
+            item = self._store.old_item(exc, stored)
+            slot, tag = it.release_slot(handover.owner)
+            # Released under this owner id already: by an adopter, or by an earlier try of ours.
+            return bool(
+                item
+                and (
+                    item.get(it.RELEASED_BY, {}).get("S") == handover.owner
+                    or item.get(slot, {}).get("S") == tag
+                    or it.in_ring(item, tag)
+                )
+            )
+        logger.debug("released the handed-over lease of %r (token %s)", handover.key, handover.token)
+        return True
