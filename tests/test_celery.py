@@ -1,8 +1,8 @@
-"""Celery (issue 17) with a real worker: ``celery -A tests.celery_app worker``, prefork
+"""Celery (issue 17) with a real worker: ``celery -A tests.support.celery_app worker``, prefork
 pool of 2, in a child process, on kombu's filesystem transport (no broker server),
 against DynamoDB Local. One worker for the module; every wait is bounded.
 
-What each test proves is in its docstring; tests/celery_app.py has the tasks.
+What each test proves is in its docstring; tests/support/celery_app.py has the tasks.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from django_dynlock import InvalidArgument, LockClient, LockNotAcquired, dynamo_
 from django_dynlock.celery import AlreadyQueued  # noqa: E402
 from django_dynlock.engine import ClientOptions  # noqa: E402
 from localdynamo.servers import REPO_ROOT, suite_region, suite_session_options, table_name  # noqa: E402
-from tests import celery_app as tasks  # noqa: E402
+from tests.support import celery_app as tasks  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -69,7 +69,7 @@ class Worker:
 
 @contextlib.contextmanager
 def started_worker(endpoint: str, table: str, folder: Path, queue: str = "celery", graceful: bool = True):
-    """``celery -A tests.celery_app worker`` consuming ``queue``, ready, and stopped at the
+    """``celery -A tests.support.celery_app worker`` consuming ``queue``, ready, and stopped at the
     end: by a warm shutdown (SIGTERM, then SIGKILL after 5 s), or at once if not ``graceful``."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(
@@ -87,7 +87,7 @@ def started_worker(endpoint: str, table: str, folder: Path, queue: str = "celery
                 "-m",
                 "celery",
                 "-A",
-                "tests.celery_app",
+                "tests.support.celery_app",
                 "worker",
                 "--pool=prefork",
                 "--concurrency=2",
@@ -227,11 +227,11 @@ def test_queue_once_queues_one_task_per_key_and_again_after_it_finished(run, adm
         with pytest.raises(AlreadyQueued) as busy:
             tasks.once_report.delay(user, str(run.folder), 1.0)
         assert busy.value.key == key and busy.value.retry_after > 0
-        assert busy.value.holder.holder == {"task": "tests.celery_app.once_report", "task_id": queued.id}
+        assert busy.value.holder.holder == {"task": "tests.support.celery_app.once_report", "task_id": queued.id}
     shown = showlocks("report:")
-    assert "tests.celery_app.once_report" in shown and f"task_id={queued.id}" in shown
+    assert "tests.support.celery_app.once_report" in shown and f"task_id={queued.id}" in shown
     page = admin_client.get("/admin/django_dynlock/lease/").content.decode()
-    assert "tests.celery_app.once_report" in page and f"task id {queued.id}" in page
+    assert "tests.support.celery_app.once_report" in page and f"task id {queued.id}" in page
 
     start = run.wait_events("start", 1, 30)[0]
     assert start["task_id"] == queued.id and start["token"] == token
@@ -341,7 +341,7 @@ def test_a_pool_process_killed_mid_task_does_not_block_the_key_past_crash_recove
     result = own_worker.send(tasks.crash_victim, name, str(run.folder))
     start = run.wait_events("start", 1, 30)[0]
     shown = showlocks("victim:")
-    assert "tests.celery_app.crash_victim" in shown and f"task_id={result.id}" in shown
+    assert "tests.support.celery_app.crash_victim" in shown and f"task_id={result.id}" in shown
     assert f":{start['pid']}" in shown
     os.kill(start["pid"], signal.SIGKILL)
     killed = time.monotonic()

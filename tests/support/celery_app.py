@@ -1,5 +1,5 @@
 """The Celery app of tests/test_celery.py: run by a real worker (``celery -A
-tests.celery_app worker``) in a child process, and imported by the tests to send tasks.
+tests.support.celery_app worker``) in a child process, and imported by the tests to send tasks.
 
 No broker server: kombu's filesystem transport in the folder DYNLOCK_CELERY_DIR. The
 worker is not a Django test process: it configures Django itself, with the default
@@ -60,7 +60,7 @@ _configure_django()
 from django_dynlock import dynamo_lock  # noqa: E402
 from django_dynlock.celery import QueueOnce  # noqa: E402
 
-app = Celery("tests.celery_app")
+app = Celery("tests.support.celery_app")
 
 
 def transport_options(folder: str | os.PathLike) -> dict:
