@@ -121,10 +121,18 @@ def started_worker(endpoint: str, table: str, folder: Path, queue: str = "celery
                 process.wait(timeout=15)
 
 
+@pytest.fixture(scope="session")
+def broker_folder(tmp_path_factory) -> Path:
+    """One broker folder for the session. pytest-django runs this module's database test
+    before the rest, so ``worker`` may be set up twice; the tests' app keeps its producer
+    connections for the first folder it was given (kombu's pools), so the folder stays."""
+    return tmp_path_factory.mktemp("celery")
+
+
 @pytest.fixture(scope="module")
-def worker(dynamodb_local_server, tmp_path_factory):
+def worker(dynamodb_local_server, broker_folder):
     """The module's worker, on the default queue, and its table."""
-    folder = tmp_path_factory.mktemp("celery")
+    folder = broker_folder
     table = table_name()
     endpoint = dynamodb_local_server.endpoint_url
     client = LockClient(
