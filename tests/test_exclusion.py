@@ -167,7 +167,7 @@ def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock
         holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
         rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
         try:
-            lease = holder.acquire("outage")
+            lease = holder.acquire("outage", wait=5)  # 0.5 s timeouts: setup may need a second try
             proxy.pause()  # DynamoDB unreachable for the holder only
             paused = time.monotonic()
             taken = rival.acquire("outage", wait=10)
@@ -274,7 +274,7 @@ def test_a_release_that_cannot_reach_dynamodb_is_retried_until_it_lands(dynlock)
             client_config=config,
         )
         try:
-            lease = holder.acquire("outage-release")
+            lease = holder.acquire("outage-release", wait=5)  # 0.3 s timeouts: setup may need a second try
             proxy.pause()  # DynamoDB unreachable for the holder only
             lease.release()  # the work ran under a valid lease: a warning, no exception
             time.sleep(2.5)  # past the lease's local validity, still unreachable
