@@ -104,6 +104,18 @@ class Ledger:
         self.excused: set[str] = set()  # keys that may stay held for a while (crash, unreachable store)
         self.slots: dict[tuple[str, str], str] = {}  # (key, release slot) -> the owner tag in it
         self.violations: list[str] = []
+        # How near a schedule came to the bug ordered writes prevent (a guide for Hypothesis,
+        # never an invariant): the owner's latest write that reached the store, by key and
+        # owner (its sequence number and expiry), and how far an older write of the same
+        # owner, landing after it, would move that expiry back (seconds, 0 if none did).
+        self.latest: dict[tuple[str, str], tuple[int, float]] = {}
+        self.rewind = 0.0
+        # And how near another owner's acquire came to taking a key whose holder still trusted
+        # its lease: the most the earliest reading of DynamoDB's clock it was conditioned on
+        # (a takeover) passed the expiry stored for that holder (seconds; negative unless that
+        # expiry was moved back, when it lets the acquire take the key), or None.
+        self.stored: dict[str, tuple[str, float]] = {}  # key -> the owner and expiry its last such write stored
+        self.takeover_margin: float | None = None
 
     def record(self, lease: Lease) -> Record | None:
         return self.records.get(id(lease))
@@ -127,11 +139,13 @@ class Ledger:
 
     def applied(self, operation: str, params: dict[str, Any], outcome: Any, copy: bool) -> None:
         """A request reached the store (on time or late): note the grants and breaks it made."""
-        if isinstance(outcome, ClientError):
-            return
         updates = (
             [entry["Update"] for entry in params["TransactItems"]] if operation == "transact_write_items" else [params]
         )
+        if operation in ("update_item", "transact_write_items"):
+            self._note_order(updates, applied=not isinstance(outcome, ClientError))
+        if isinstance(outcome, ClientError):
+            return
         for update in updates if operation in ("update_item", "transact_write_items") else []:
             values = update.get("ExpressionAttributeValues", {})
             key = update["Key"]["key"]["S"]
@@ -151,6 +165,38 @@ class Ledger:
                     self.excused.add(key)
             elif ":why" in values:
                 self.breaks.append((self.world.now, key))
+
+    def _note_order(self, updates: list[dict[str, Any]], *, applied: bool) -> None:
+        """Writes of one owner (its acquire attempts and renewals) carry a sequence number and an
+        expiry: note how far one that lands after a later one would move the expiry back."""
+        for update in updates:
+            values = update.get("ExpressionAttributeValues", {})
+            if ":seq" not in values or ":expires" not in values:
+                continue
+            mine = (update["Key"]["key"]["S"], values[":me"]["S"])
+            seq, expires = int(values[":seq"]["N"]), float(values[":expires"]["N"])
+            holder, stored = self.stored.get(mine[0], (mine[1], 0.0))
+            if ":earliest" in values and holder != mine[1] and self._trusted(mine[0], holder):
+                margin = float(values[":earliest"]["N"]) - stored
+                self.takeover_margin = margin if self.takeover_margin is None else max(self.takeover_margin, margin)
+            if applied:
+                self.stored[mine[0]] = (mine[1], expires)
+            seen = self.latest.get(mine)
+            if seen is not None and seq < seen[0]:
+                self.rewind = max(self.rewind, seen[1] - expires)
+            elif applied and (seen is None or seq > seen[0]):
+                self.latest[mine] = (seq, expires)
+
+    def _trusted(self, key: str, owner: str) -> bool:
+        """Whether the holder of ``owner``'s lease on ``key`` trusts it now."""
+        return any(
+            rec.key == key
+            and rec.lease.owner == owner
+            and rec.returned is not None
+            and rec.ended is None
+            and rec.history[-1][1] > self.world.now
+            for rec in self.records.values()
+        )
 
     def granted_at(self, rec: Record) -> float:
         """When the write that made this lease landed: its owner's last acquire on the key before it."""

@@ -12,6 +12,8 @@ Everything runs in one thread, in virtual time, so a schedule replays exactly:
 - **Network.** Each actor's boto3 client is a :class:`Wire` to one real in-process
   moto client. Every request meets a fate drawn from the schedule: delivered;
   held in the network and delivered later (or never) while the sender times out;
+  (with ``Choices(ambush=True)``) held, or applied and a copy held, until just before
+  another actor's takeover of the same key that it can affect;
   applied with its reply lost; applied and delivered again later; refused; an HTTP
   500 before or after it was applied; throttled. An actor's link can be cut.
 - **DynamoDB's clock.** Replies carry a ``Date`` header from the server's own
@@ -38,6 +40,12 @@ from botocore.exceptions import ClientError, EndpointConnectionError, ReadTimeou
 
 T0 = 1_800_000_000.0  # the world's true time at the start (epoch seconds)
 ENDPOINT = "http://explorer.invalid"
+# A delay of a request held in the network: until just before another actor's write on the
+# same key that it can still affect, a takeover conditioned on DynamoDB's clock having passed
+# the expiry the held write sets. The worst moment for a stale write of a holder (a renewal,
+# a copy of its acquire) to land: it would move the expiry back right before a waiter's takeover.
+RIVAL = "rival"
+WRITES = ("update_item", "transact_write_items", "put_item", "delete_item")
 MAX_STEPS = 40_000  # events, sleeps and requests in one schedule: more means a loop that does not wait
 
 
@@ -53,10 +61,15 @@ class Choices:
     """Where a schedule's decisions come from. 0 is always the most ordinary choice,
     so that Hypothesis, shrinking towards 0, shrinks towards a schedule without faults."""
 
-    def __init__(self, data: Any = None, replay: list[int] | None = None):
+    def __init__(self, data: Any = None, replay: list[int] | None = None, *, ambush: bool = False):
         self._data = data
         self._replay = list(replay or [])
         self.log: list[int] = []
+        # Whether a request held in the network may wait for another actor's takeover of the
+        # same key and land just before it (World.AMBUSH, RIVAL): the search for the reverted
+        # ordered writes and its replays. Off by default, so that every other search, replay
+        # and seed draws the schedules it always drew.
+        self.ambush = ambush
 
     def pick(self, n: int) -> int:
         if n <= 1:
@@ -151,6 +164,9 @@ class World:
         self.healed = False  # from the final phase on: no faults, nothing held back
         self.steps = 0
         self._queue: list[tuple[float, int, Actor | None, Callable[[], None]]] = []
+        # Requests held for another actor's takeover (RIVAL): their sender, the expiry they
+        # set by key, and how they land.
+        self._ambushes: list[tuple[Actor, dict[str, float], Callable[[], None]]] = []
         self._order = itertools.count()
         self._ids = random.Random(seed + 1)  # owner ids: unique, and the same on every replay
         self.trace: list[str] = []
@@ -208,6 +224,10 @@ class World:
         ("500", 3),
         ("throttled", 3),
     ]
+    # Drawn only with Choices(ambush=True), after the others so that a recorded choice
+    # below 100 keeps its fate: applied, and a copy held in the network until just before
+    # another actor's takeover of the key that it can affect (RIVAL).
+    AMBUSH = [("echo", 10)]
 
     def request(self, actor: Actor, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         self._step()
@@ -219,25 +239,30 @@ class World:
         if operation == "transact_write_items" and not self.transactions:
             self.sleep(0.002)
             raise self._error(api, "UnknownOperationException", 400)
+        if operation in WRITES:
+            self._spring(actor, params)
         if self.healed:
             fate = "ok"
         elif self.now < actor.cut_until:
             fate = "cut"
         else:
-            fate = self.choices.weighted(self.FATES)
+            fate = self.choices.weighted(self.FATES + self.AMBUSH if self.choices.ambush else self.FATES)
         there = self.choices.one_of([0.002, 0.02, 0.2]) if fate != "refused" else 0.001
         timeout = self.choices.one_of([2.0, 0.3])  # botocore's read timeout, ours or a shorter one
         self.log(f"{actor.name} {api} {fate}")
         if fate in ("held", "cut", "duplicate"):
             # Delivered later (or never); the sender sees a timeout, or (a duplicate) its reply.
-            later = self.choices.one_of([None, 0.05, 0.5, 1.5, 4.0, 8.0]) if fate != "cut" else None
+            delays: list[float | str | None] = [None, 0.05, 0.5, 1.5, 4.0, 8.0]
+            later = self.choices.one_of(delays + [RIVAL] if self.choices.ambush else delays) if fate != "cut" else None
             if fate == "cut" and self.choices.pick(2):
                 later = self.choices.one_of([0.05, 1.5, 4.0])
             if later is not None:
-                self._hold(api, operation, params, later, copy=fate == "duplicate")
+                self._hold(actor, api, operation, params, later, copy=fate == "duplicate")
             if fate != "duplicate":
                 self.sleep(timeout)
                 raise ReadTimeoutError(endpoint_url=ENDPOINT)
+        if fate == "echo":
+            self._hold(actor, api, operation, params, RIVAL, copy=True)
         if fate == "refused":
             self.sleep(there)
             raise EndpointConnectionError(endpoint_url=ENDPOINT)
@@ -262,14 +287,36 @@ class World:
             raise outcome
         return outcome
 
-    def _hold(self, api: str, operation: str, params: dict[str, Any], later: float, *, copy: bool) -> None:
+    def _hold(
+        self, actor: Actor, api: str, operation: str, params: dict[str, Any], later: float | str, *, copy: bool
+    ) -> None:
         frozen = _deepcopy(params)
 
         def land() -> None:
             self.log(f"late {api} lands")
             self._apply(operation, frozen, copy=copy)
 
-        self.at(self.now + later, None, land)
+        if later == RIVAL:
+            self._ambushes.append((actor, _expiries(params), land))
+        else:
+            self.at(self.now + float(later), None, land)
+
+    def _spring(self, actor: Actor, params: dict[str, Any]) -> None:
+        """Requests held for a takeover they can affect land now, just before it: one of another
+        actor conditioned on DynamoDB's clock (``:earliest``) having passed the expiry they set."""
+        if not self._ambushes:
+            return
+        takeovers = _takeovers(params)
+        due = [
+            a
+            for a in self._ambushes
+            if a[0] is not actor and any(key in takeovers and takeovers[key] > at for key, at in a[1].items())
+        ]
+        if due:
+            self._ambushes = [a for a in self._ambushes if a not in due]
+            for held_by, _, land in due:
+                self.log(f"{held_by.name}'s request held for a rival: {actor.name} sends on its key")
+                land()
 
     def _apply(self, operation: str, params: dict[str, Any], *, copy: bool = False) -> dict[str, Any] | ClientError:
         """The request reaches the store: its reply as the sender would see it."""
@@ -311,6 +358,29 @@ class World:
         }
         self._set_date(response, self._date_header())
         return ClientError(response, api)
+
+
+def _updates(params: dict[str, Any]) -> list[dict[str, Any]]:
+    """A write's updates: itself, or a transaction's."""
+    return [entry["Update"] for entry in params.get("TransactItems", []) if "Update" in entry] or [params]
+
+
+def _expiries(params: dict[str, Any]) -> dict[str, float]:
+    """The expiry a write sets, by lock key (an acquire's, a renewal's)."""
+    return {
+        update["Key"]["key"]["S"]: float(update["ExpressionAttributeValues"][":expires"]["N"])
+        for update in _updates(params)
+        if ":expires" in update.get("ExpressionAttributeValues", {}) and "Key" in update
+    }
+
+
+def _takeovers(params: dict[str, Any]) -> dict[str, float]:
+    """The earliest reading of DynamoDB's clock a write may take a key at, by lock key."""
+    return {
+        update["Key"]["key"]["S"]: float(update["ExpressionAttributeValues"][":earliest"]["N"])
+        for update in _updates(params)
+        if ":earliest" in update.get("ExpressionAttributeValues", {}) and "Key" in update
+    }
 
 
 class Wire:
