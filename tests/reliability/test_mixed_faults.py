@@ -29,7 +29,7 @@ pytestmark = pytest.mark.slow
 LEASE = 4.0
 SERVERS = ["dynamodb-local", "dynalite"]
 # (workers, keys, fault-free window, faulty window) in seconds
-DEFAULT = (4, 2, 10.0, 30.0)
+DEFAULT = (4, 2, 8.0, 20.0)
 LONG = (6, 3, 30.0, 120.0)
 
 
