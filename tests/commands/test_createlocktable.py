@@ -6,6 +6,7 @@ import json
 import time
 from collections.abc import Iterator
 from types import SimpleNamespace
+from typing import Any
 
 import pytest
 
@@ -81,15 +82,21 @@ def test_createlocktable_is_idempotent(dynlock):
     assert "right key schema (ACTIVE, PAY_PER_REQUEST)" in result.out
 
 
-def test_createlocktable_enables_ttl_on_an_existing_table(moto_server, settings):
+def table_without_ttl(endpoint: str) -> tuple[str, Any]:
+    """A lock-shaped table made by hand, without TTL, and a boto3 client to it."""
     name = table_name()
-    boto = dummy_client(moto_server.endpoint_url)
+    boto = dummy_client(endpoint)
     boto.create_table(
         TableName=name,
         BillingMode="PAY_PER_REQUEST",
         KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
         AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"}],
     )
+    return name, boto
+
+
+def test_createlocktable_enables_ttl_on_an_existing_table(moto_server, settings):
+    name, boto = table_without_ttl(moto_server.endpoint_url)
     settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
     result = run("createlocktable")
     assert "already exists" in result.out and "TTL enabled on 'gc_at'" in result.out
@@ -100,14 +107,7 @@ def test_createlocktable_enables_ttl_on_an_existing_table(moto_server, settings)
 
 
 def test_createlocktable_warns_when_ttl_is_on_another_attribute(moto_server, settings):
-    name = table_name()
-    boto = dummy_client(moto_server.endpoint_url)
-    boto.create_table(
-        TableName=name,
-        BillingMode="PAY_PER_REQUEST",
-        KeySchema=[{"AttributeName": "key", "KeyType": "HASH"}],
-        AttributeDefinitions=[{"AttributeName": "key", "AttributeType": "S"}],
-    )
+    name, boto = table_without_ttl(moto_server.endpoint_url)
     boto.update_time_to_live(TableName=name, TimeToLiveSpecification={"Enabled": True, "AttributeName": "ttl"})
     settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
     result = run("createlocktable")

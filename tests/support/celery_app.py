@@ -15,7 +15,7 @@ import os
 import time
 from pathlib import Path
 
-from celery import Celery
+from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
 
 #: The lease of the default alias, in the worker and in the tests: a killed worker's key
@@ -143,27 +143,27 @@ def graceful_report(user_id: str) -> None:
     """Its enqueue returns None while the key is busy."""
 
 
+def _overrun_soft_limit(task: Task, folder: str) -> None:
+    """Hold past the task's soft time limit, recording the start and the limit's exception."""
+    record(folder, "start", task_id=task.request.id)
+    try:
+        _hold(20)
+    except SoftTimeLimitExceeded:
+        record(folder, "soft-limit", task_id=task.request.id)
+        raise
+
+
 @app.task(bind=True, soft_time_limit=1)
 @dynamo_lock("soft:{name}", lease=30)
 def soft_limited(self, name: str, folder: str) -> None:
     """Overruns its soft time limit; its 30 s lease must not outlive it."""
-    record(folder, "start", task_id=self.request.id)
-    try:
-        _hold(20)
-    except SoftTimeLimitExceeded:
-        record(folder, "soft-limit", task_id=self.request.id)
-        raise
+    _overrun_soft_limit(self, folder)
 
 
 @app.task(bind=True, base=QueueOnce, once={"key": "soft-once:{name}", "timeout": 60, "lease": 30}, soft_time_limit=1)
 def soft_limited_once(self, name: str, folder: str) -> None:
     """A QueueOnce task that overruns its soft time limit."""
-    record(folder, "start", task_id=self.request.id)
-    try:
-        _hold(20)
-    except SoftTimeLimitExceeded:
-        record(folder, "soft-limit", task_id=self.request.id)
-        raise
+    _overrun_soft_limit(self, folder)
 
 
 @app.task(bind=True, base=QueueOnce, once={"key": "hard-once:{name}", "timeout": 60, "lease": 30}, time_limit=1)
