@@ -183,10 +183,15 @@ class Run:
         except AssertionError as error:
             raise AssertionError(f"{error}; events: {self.events()}\nworker log:\n{self.worker.tail()}") from None
 
-    def wait_free(self, key: str, timeout: float) -> float:
-        """Seconds until ``key`` is free, within ``timeout``."""
+    def wait_free(self, key: str, timeout: float, worker: Worker | None = None) -> float:
+        """Seconds until ``key`` is free, within ``timeout``; on failure, the holder and the
+        log of ``worker`` (the module's worker unless given) say why."""
         started = time.monotonic()
-        wait_for(lambda: self.client.get(key) is None, timeout, f"{key} to be free")
+        try:
+            wait_for(lambda: self.client.get(key) is None, timeout, f"{key} to be free")
+        except AssertionError as error:
+            log = (worker or self.worker).tail()
+            raise AssertionError(f"{error}; held by {self.client.get(key)!r}\nworker log:\n{log}") from None
         return time.monotonic() - started
 
 
@@ -337,7 +342,7 @@ def test_a_queue_once_task_killed_at_its_hard_time_limit_frees_its_key(run, own_
     own_worker.send(tasks.hard_limited_once, name, str(run.folder))
     run.wait_events("start", 1, 30)
     assert run.client.get(f"hard-once:{name}") is not None
-    run.wait_free(f"hard-once:{name}", 8)
+    run.wait_free(f"hard-once:{name}", 8, own_worker)
 
 
 def test_a_pool_process_killed_mid_task_does_not_block_the_key_past_crash_recovery(run, own_worker):
@@ -387,7 +392,7 @@ def test_a_queue_once_task_whose_pool_process_is_killed_frees_its_key_at_once(ru
     start = run.wait_events("start", 1, 30)[0]
     assert run.client.get(f"once-victim:{name}").pid == start["pid"]  # adopted by the pool process
     os.kill(start["pid"], signal.SIGKILL)
-    assert run.wait_free(f"once-victim:{name}", 10) < 5
+    assert run.wait_free(f"once-victim:{name}", 10, own_worker) < 5
 
 
 def test_retry_past_max_retries_fails_the_task_with_lock_not_acquired(run):
