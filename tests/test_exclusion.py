@@ -189,6 +189,40 @@ def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock
             rival.close()
 
 
+def test_lost_is_sent_when_the_validity_ends_even_with_a_renewal_in_flight(dynlock):
+    # The heartbeat thread noticed an ended validity only between requests: with a
+    # renewal hanging past the end, the lock_lost listeners heard of it that much
+    # later (seen as a flake of the outage test above under load).
+    events: list[tuple[str, float]] = []
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=30) as proxy:
+        config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 4.0}
+        holder = client_for(
+            proxy.endpoint_url,
+            dynlock.options.table_name,
+            lease_duration=1.5,
+            heartbeat_period=0.3,
+            client_config=config,
+        )
+        holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
+        try:
+            lease = holder.acquire("hanging-renewal", wait=5)
+            hung = proxy.add_fault("delay", operation="UpdateItem", match=is_renewal, delay_seconds=2.5)
+            deadline = time.monotonic() + 3.0
+            while hung.fired == 0 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert hung.fired == 1, "no renewal was sent"
+            end = lease.valid_until  # the hanging renewal cannot move it before it lands
+            deadline = end + 3.0
+            while "lost" not in [name for name, _ in events] and time.monotonic() < deadline:
+                time.sleep(0.01)
+            lost_at = dict(events).get("lost")
+            assert lost_at is not None, [name for name, _ in events]
+            assert 0 <= lost_at - end < 0.2, f"lost {lost_at - end:+.2f}s after the validity ended"
+            assert lease.lost_reason == "expired"
+        finally:
+            holder.close()
+
+
 def test_a_break_whose_reply_was_lost_still_reports_broken(dynlock):
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
         operator = client_for(proxy.endpoint_url, dynlock.options.table_name)

@@ -33,13 +33,14 @@ class Heartbeater:
         # `renew` sends one heartbeat and returns the delay until the next, or None
         # when the lease needs no more (released or lost).
         self._renew = renew
-        self._name = name
+        self.name = name
         self._cond = threading.Condition(threading.Lock())
         self._heap: list[tuple[float, int, Lease]] = []
         self._seq = itertools.count()
         self._stopping = False
         self._dead = 0
         self._thread: threading.Thread | None = None
+        self._alarms = Alarms(name + "-alarms")  # our prefix: see THREAD_NAME_PREFIX
 
     def add(self, lease: Lease, period: float) -> None:
         self.schedule(lease, time.monotonic() + period * random.uniform(0.8, 1.0))
@@ -51,10 +52,15 @@ class Heartbeater:
             lease.upkeep.heartbeat_due = due  # an earlier entry of the same lease is now stale
             heapq.heappush(self._heap, (due, next(self._seq), lease))
             if self._thread is None or not self._thread.is_alive():
-                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
                 self._thread.start()
             elif self._heap[0][2] is lease:
                 self._cond.notify()  # only an earlier due time changes what the thread waits for
+
+    def alarm(self, due: float, callback: Callable[[], None]) -> None:
+        """Call ``callback`` at monotonic ``due``, on the client's alarm thread: this
+        thread may be waiting on a request then (Holding._lose_on_time)."""
+        self._alarms.add(due, callback)
 
     def discard(self, lease: Lease) -> None:
         """Note that a lease needs no more renewals (released or lost).
@@ -71,6 +77,7 @@ class Heartbeater:
 
     def stop(self, timeout: float = 0.5) -> None:
         """Stop promptly: wait at most `timeout` for a renewal that is in flight."""
+        self._alarms.stop()
         with self._cond:
             self._stopping = True
             self._heap.clear()
@@ -107,3 +114,57 @@ class Heartbeater:
                 delay = 0.5
             if delay is not None:
                 self.schedule(lease, time.monotonic() + delay)
+
+
+class Alarms:
+    """Callbacks at given monotonic times, on one thread per client that ends when idle.
+
+    Beside the heartbeat thread, which may be blocked in a request when an alarm is due.
+    Callbacks must not block: they run one after another.
+    """
+
+    def __init__(self, name: str):
+        self.name = name
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[tuple[float, int, Callable[[], None]]] = []
+        self._seq = itertools.count()
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+
+    def add(self, due: float, callback: Callable[[], None]) -> None:
+        with self._cond:
+            if self._stopping:
+                return
+            heapq.heappush(self._heap, (due, next(self._seq), callback))
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+                self._thread.start()
+            else:
+                self._cond.notify()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stopping = True
+            self._heap.clear()
+            self._cond.notify()
+
+    def _next(self) -> Callable[[], None] | None:
+        with self._cond:
+            while not self._stopping:
+                now = time.monotonic()
+                if self._heap and self._heap[0][0] <= now:
+                    return heapq.heappop(self._heap)[2]
+                if not self._heap:
+                    if not self._cond.wait(IDLE_EXIT) and not self._heap:
+                        self._thread = None
+                        return None
+                    continue
+                self._cond.wait(self._heap[0][0] - now)
+            return None
+
+    def _run(self) -> None:
+        while (callback := self._next()) is not None:
+            try:
+                callback()
+            except Exception:
+                logger.exception("dynlock alarm %r failed", callback)

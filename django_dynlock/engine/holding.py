@@ -17,13 +17,15 @@ from . import items as it
 from . import requests as rq
 from .base import ClientBase
 from .lease import Lease, LeaseState
-from .options import check_seconds
+from .options import call_budget, check_seconds
 from .text import printable
 
 logger = logging.getLogger("django_dynlock")
 
 # How long a release that cannot reach DynamoDB is retried in the background (seconds).
 RELEASE_RETRY_FOR = 600.0
+
+EXPIRED = "no successful renewal within the lease (DynamoDB unreachable?)"
 
 
 class Holding(ClientBase):
@@ -120,8 +122,9 @@ class Holding(ClientBase):
             return None
         period = self._period(lease.lease_seconds)
         if time.monotonic() >= lease.valid_until:
-            self._lose(lease, "expired", "no successful renewal within the lease (DynamoDB unreachable?)")
+            self._lose(lease, "expired", EXPIRED)
             return None
+        self._lose_on_time(lease)
         try:
             with lease.upkeep.renew_lock:
                 self._renew_once(lease, lease.lease_seconds)
@@ -134,6 +137,30 @@ class Holding(ClientBase):
             # Retry well before the lease runs out; the loop marks it lost at its end.
             return self._retry_delay(lease)
         return period * random.uniform(0.85, 1.0)
+
+    def _lose_on_time(self, lease: Lease) -> None:
+        """Have the ``lost`` event sent when the validity ends, even if the renewal about to
+        be sent is still in flight then.
+
+        The heartbeat thread notices an ended validity only between requests: a renewal
+        hanging until its timeout (an outage, a blackholed connection) made ``lost`` come
+        that much late, after a taker could already hold the key. The holder's own checks
+        (``is_held``, ``raise_if_lost``) read the clock and were never late; listeners
+        (the ``lock_lost`` signal) were. Armed only when this renewal could outlast the
+        validity: with settings that pass dynlock.W001 (a call takes at most half the
+        lease), only the retries of a lease at risk.
+        """
+        end = lease.valid_until
+        left = end - time.monotonic()
+        if left > call_budget(self.options.client_config) or lease.upkeep.watched_end == end:
+            return
+        lease.upkeep.watched_end = end
+        self._heartbeater.alarm(end, lambda: self._lose_if_ended(lease, end))
+
+    def _lose_if_ended(self, lease: Lease, end: float) -> None:
+        # A renewal that succeeded meanwhile moved the end: nothing was lost.
+        if lease.needs_renewal and lease.valid_until == end and time.monotonic() >= end and not self._closed:
+            self._lose(lease, "expired", EXPIRED)
 
     def _retry_delay(self, lease: Lease) -> float:
         left = max(0.0, lease.valid_until - time.monotonic())

@@ -229,6 +229,8 @@ class Upkeep:
         self.disowned = False
         # When the heartbeat thread is next due for this lease (older heap entries are stale).
         self.heartbeat_due = 0.0
+        # The validity end a timer already watches (Holding._lose_on_time), so that one is armed per end.
+        self.watched_end: float | None = None
 
     @property
     def state(self) -> LeaseState:

@@ -461,6 +461,13 @@ class SimHeartbeater:
         if delay is not None:
             self.schedule(lease, self._actor.mono(self._world.now) + delay)
 
+    def alarm(self, due: float, callback: Callable[[], None]) -> None:
+        def ring() -> None:
+            if not self._stopped and not self._actor.crashed:
+                callback()
+
+        self._world.at(self._actor.true(due), self._actor, ring)
+
     def discard(self, lease: Any) -> None:
         pass
 
