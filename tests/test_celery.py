@@ -70,7 +70,8 @@ class Worker:
 @contextlib.contextmanager
 def started_worker(endpoint: str, table: str, folder: Path, queue: str = "celery", graceful: bool = True):
     """``celery -A tests.support.celery_app worker`` consuming ``queue``, ready, and stopped at the
-    end: by a warm shutdown (SIGTERM, then SIGKILL after 5 s), or at once if not ``graceful``."""
+    end: by a warm shutdown (SIGTERM, then SIGKILL after 2 s: it waits for tasks still running,
+    a test's leftovers that nothing checks), or at once if not ``graceful``."""
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(
         DYNLOCK_CELERY_DIR=str(folder),
@@ -115,7 +116,7 @@ def started_worker(endpoint: str, table: str, folder: Path, queue: str = "celery
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM if graceful else signal.SIGKILL)
             try:
-                process.wait(timeout=5)
+                process.wait(timeout=2)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait(timeout=15)
