@@ -153,18 +153,26 @@ def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
         assert proxy.errors == []
 
 
+def listened_holder(proxy, dynlock, events, *, lease, heartbeat, **timeouts):
+    """A client behind ``proxy`` with one botocore attempt per call, whose events land in ``events`` with their time."""
+    config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, **timeouts}
+    holder = client_for(
+        proxy.endpoint_url,
+        dynlock.options.table_name,
+        lease_duration=lease,
+        heartbeat_period=heartbeat,
+        client_config=config,
+    )
+    holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
+    return holder
+
+
 def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock):
     events: list[tuple[str, float]] = []
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
-        config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 0.5, "connect_timeout": 0.5}
-        holder = client_for(
-            proxy.endpoint_url,
-            dynlock.options.table_name,
-            lease_duration=2.0,
-            heartbeat_period=0.5,
-            client_config=config,
+        holder = listened_holder(
+            proxy, dynlock, events, lease=2.0, heartbeat=0.5, read_timeout=0.5, connect_timeout=0.5
         )
-        holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
         rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
         try:
             lease = holder.acquire("outage", wait=5)  # 0.5 s timeouts: setup may need a second try
@@ -195,15 +203,7 @@ def test_lost_is_sent_when_the_validity_ends_even_with_a_renewal_in_flight(dynlo
     # later (seen as a flake of the outage test above under load).
     events: list[tuple[str, float]] = []
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=30) as proxy:
-        config = {"retries": {"total_max_attempts": 1, "mode": "standard"}, "read_timeout": 4.0}
-        holder = client_for(
-            proxy.endpoint_url,
-            dynlock.options.table_name,
-            lease_duration=1.5,
-            heartbeat_period=0.3,
-            client_config=config,
-        )
-        holder.add_listener(lambda event, **info: events.append((event, time.monotonic())))
+        holder = listened_holder(proxy, dynlock, events, lease=1.5, heartbeat=0.3, read_timeout=4.0)
         try:
             lease = holder.acquire("hanging-renewal", wait=5)
             hung = proxy.add_fault("delay", operation="UpdateItem", match=is_renewal, delay_seconds=2.5)
