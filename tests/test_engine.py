@@ -340,19 +340,22 @@ def test_unreachable_endpoint_fails_closed_within_wait():
 
 
 def test_one_heartbeat_thread_per_client_not_per_lock(dynlock):
-    before = {t.name for t in threading.enumerate()}
+    before = set(threading.enumerate())  # threads, not names: another client's have the same names
+
+    def ours() -> list[str]:
+        return sorted(
+            t.name for t in threading.enumerate() if t.name.startswith("dynlock-heartbeat") and t not in before
+        )
+
     leases = [dynlock.acquire(f"hb:{i}", lease=1.5) for i in range(20)]
-    ours = [t for t in threading.enumerate() if t.name.startswith("dynlock-heartbeat") and t.name not in before]
-    # The heartbeat thread, and the alarm thread: with these short leases a renewal
-    # could outlast the validity, so each renewal sets an alarm for its end.
-    assert sorted(t.name for t in ours) in (
-        ["dynlock-heartbeat-default"],
-        [f"dynlock-heartbeat-default{s}" for s in ("", "-alarms")],
-    )
+    assert ours() == ["dynlock-heartbeat-default"]
     with count_calls(dynlock) as calls:
         time.sleep(1.0)
     # 20 leases renewed every 0.5 s (lease / 3, with jitter): about 40 renewals a second.
     assert 20 <= calls["UpdateItem"] <= 60, calls
+    # And one alarm thread: with leases this short a renewal could outlast the
+    # validity (the default timeouts allow 9 s a call), so each sets an alarm for its end.
+    assert ours() == ["dynlock-heartbeat-default", "dynlock-heartbeat-default-alarms"]
     assert all(lease.is_held for lease in leases)
     for lease in leases:
         lease.release()

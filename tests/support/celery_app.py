@@ -1,7 +1,8 @@
 """The Celery app of tests/test_celery.py: run by a real worker (``celery -A
 tests.support.celery_app worker``) in a child process, and imported by the tests to send tasks.
 
-No broker server: kombu's filesystem transport in the folder DYNLOCK_CELERY_DIR. The
+No broker server: kombu's filesystem transport (with whole-message writes, see
+AtomicFilesystemChannel) in the folder DYNLOCK_CELERY_DIR. The
 worker is not a Django test process: it configures Django itself, with the default
 alias on DYNLOCK_TEST_ENDPOINT_URL / DYNLOCK_TEST_TABLE. Tasks write what happens to
 ``events.log`` in the folder they are given (one JSON line per event, appended), so
@@ -13,10 +14,13 @@ from __future__ import annotations
 import json
 import os
 import time
+import uuid
 from pathlib import Path
 
 from celery import Celery, Task
 from celery.exceptions import SoftTimeLimitExceeded
+from kombu.transport import TRANSPORT_ALIASES, filesystem
+from kombu.utils.json import dumps
 
 #: The lease of the default alias, in the worker and in the tests: a killed worker's key
 #: is free again within LEASE + 3 s.
@@ -63,6 +67,29 @@ from django_dynlock.celery import QueueOnce  # noqa: E402
 app = Celery("tests.support.celery_app")
 
 
+class AtomicFilesystemChannel(filesystem.Channel):
+    """kombu's filesystem channel, but a message enters the folder whole.
+
+    kombu creates the message file, then writes it; a worker polling in between moves
+    it away and reads it empty, and the JSONDecodeError ends the worker (seen once in a
+    CI run). Written under a name the reader skips (no dot), then renamed.
+    """
+
+    def _put(self, queue: str, payload: dict, **kwargs: object) -> None:
+        name = f"{int(round(time.monotonic() * 1000))}_{uuid.uuid4()}.{queue}.msg"
+        writing = os.path.join(self.data_folder_out, f"writing-{uuid.uuid4().hex}")
+        with open(writing, "wb") as out:
+            out.write(dumps(payload).encode())
+        os.replace(writing, os.path.join(self.data_folder_out, name))
+
+
+class AtomicFilesystemTransport(filesystem.Transport):
+    Channel = AtomicFilesystemChannel
+
+
+TRANSPORT_ALIASES["dynlock-filesystem"] = f"{__name__}:AtomicFilesystemTransport"
+
+
 def transport_options(folder: str | os.PathLike) -> dict:
     """kombu's filesystem transport in ``folder``: messages, exchange tables and read
     messages all inside it (by default read ones pass through the machine's /tmp)."""
@@ -82,7 +109,7 @@ def transport_options(folder: str | os.PathLike) -> dict:
 def use_folder(folder: str | os.PathLike) -> None:
     """Point the broker at ``folder`` (the worker's and the tests' app alike)."""
     app.conf.update(
-        broker_url="filesystem://",
+        broker_url="dynlock-filesystem://",
         broker_transport_options=transport_options(folder),
         broker_connection_retry_on_startup=True,
         task_ignore_result=True,
