@@ -229,7 +229,7 @@ class Upkeep:
         self.disowned = False
         # When the heartbeat thread is next due for this lease (older heap entries are stale).
         self.heartbeat_due = 0.0
-        # The validity end a timer already watches (Holding._lose_on_time), so that one is armed per end.
+        # The validity end an alarm already watches (Holding._lose_on_time): one alarm per end.
         self.watched_end: float | None = None
 
     @property
