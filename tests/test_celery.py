@@ -31,6 +31,7 @@ from django_dynlock.celery import AlreadyQueued  # noqa: E402
 from django_dynlock.engine import ClientOptions  # noqa: E402
 from localdynamo.servers import REPO_ROOT, suite_region, suite_session_options, table_name  # noqa: E402
 from tests.support import celery_app as tasks  # noqa: E402
+from tests.support import polling  # noqa: E402
 
 pytestmark = pytest.mark.slow
 
@@ -40,13 +41,8 @@ CRASH_BOUND = tasks.LEASE + 3.0 + 1.0
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 0.05):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    """Polled every 0.05 s: the tasks' events file and the lock table are read each time."""
+    return polling.wait_for(predicate, timeout, what, interval)
 
 
 @dataclass

@@ -14,6 +14,7 @@ import pytest
 from django_dynlock import LockLost, LockNotAcquired
 from localdynamo.faultproxy import FaultProxy
 from tests.support.clients import client_for
+from tests.support.polling import wait_for
 from tests.support.workers import critical_sections
 
 PROCESSES = 6
@@ -207,16 +208,10 @@ def test_lost_is_sent_when_the_validity_ends_even_with_a_renewal_in_flight(dynlo
         try:
             lease = holder.acquire("hanging-renewal", wait=5)
             hung = proxy.add_fault("delay", operation="UpdateItem", match=is_renewal, delay_seconds=2.5)
-            deadline = time.monotonic() + 3.0
-            while hung.fired == 0 and time.monotonic() < deadline:
-                time.sleep(0.01)
-            assert hung.fired == 1, "no renewal was sent"
+            wait_for(lambda: hung.fired, 3.0, "a renewal", interval=0.01)
+            assert hung.fired == 1
             end = lease.valid_until  # the hanging renewal cannot move it before it lands
-            deadline = end + 3.0
-            while "lost" not in [name for name, _ in events] and time.monotonic() < deadline:
-                time.sleep(0.01)
-            lost_at = dict(events).get("lost")
-            assert lost_at is not None, [name for name, _ in events]
+            lost_at = wait_for(lambda: dict(events).get("lost"), end + 3.0 - time.monotonic(), "lost", interval=0.01)
             assert 0 <= lost_at - end < 0.2, f"lost {lost_at - end:+.2f}s after the validity ended"
             assert lease.lost_reason == "expired"
         finally:

@@ -20,7 +20,7 @@ import urllib.request
 import pytest
 
 from localdynamo.servers import REPO_ROOT, dummy_client, free_port
-from tests.reliability.harness import wait_for
+from tests.support.polling import wait_for
 from tests.support.tables import fresh_table
 
 pytestmark = pytest.mark.slow

@@ -22,7 +22,8 @@ from pathlib import Path
 import pytest
 
 from localdynamo.servers import REPO_ROOT
-from tests.reliability.harness import create_table, wait_for
+from tests.reliability.harness import create_table
+from tests.support.polling import wait_for
 from tests.support.tables import delete_table
 
 pytestmark = pytest.mark.slow

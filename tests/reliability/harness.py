@@ -210,14 +210,6 @@ class Fleet:
         return any(r.get("type") == "begin" and r["start"] > since for r in records)
 
 
-def wait_for(predicate, timeout: float, what: str, interval: float = 0.02) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(interval)
-
-
 class Scenario:
     """A fresh table, one proxy per worker (plus spares), a fleet; all cleaned up on exit."""
 

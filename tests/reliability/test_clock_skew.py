@@ -24,9 +24,10 @@ from pathlib import Path
 import pytest
 
 from localdynamo.faultproxy import FaultProxy
-from tests.reliability.harness import SPAWN, create_table, wait_for
+from tests.reliability.harness import SPAWN, create_table
 from tests.reliability.workers import Plan, believe_and_report
 from tests.support.clients import client_for
+from tests.support.polling import wait_for
 from tests.support.tables import delete_table
 
 pytestmark = pytest.mark.slow

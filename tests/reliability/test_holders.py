@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.reliability.harness import Scenario, records_of, wait_for
+from tests.reliability.harness import Scenario, records_of
 from tests.reliability.history import Section, summarize
 from tests.reliability.workers import victim
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 

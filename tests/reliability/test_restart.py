@@ -22,8 +22,8 @@ from botocore.exceptions import ClientError
 
 from django_dynlock import BackendError, LockLost, TableNotFound
 from localdynamo.servers import free_port, start_server
-from tests.reliability.harness import wait_for
 from tests.support.clients import client_for
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.slow
 
