@@ -110,10 +110,40 @@ def server(request) -> LocalServer | Endpoint:
 
 LOCAL_SERVER_FIXTURES = {"dynamodb_local_server", "moto_server", "dynalite_server"}
 
+# `make test` runs the suite on several pytest-xdist workers (--dist loadgroup), each with
+# servers of its own (the session fixtures above). Tests spread one at a time, except
+# those that share a costly module fixture: a module's Celery worker, its built wheel, its
+# PostgreSQL server, the mixed-fault run of one server. Each such set goes to one worker,
+# so the fixture is set up once, as in a run without workers.
+SHARED_SETUP_MODULES = {
+    "tests.test_celery",
+    "tests.test_package",
+    "tests.test_postgresql",
+    "tests.reliability.test_mixed_faults",
+    "tests.commands.test_createlocktable",
+}
 
+
+def xdist_group(item) -> str | None:
+    module = item.module.__name__
+    if module not in SHARED_SETUP_MODULES:
+        return None
+    # The mixed-fault runs are one module fixture per server: a group per server.
+    server = getattr(item, "callspec", None) and next(
+        (value for value in item.callspec.params.values() if value in SERVER_MATRIX), None
+    )
+    return f"{module}[{server}]" if server else module
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config, items):
-    """With DYNLOCK_TEST_ENDPOINT: the tests on ``server`` and nothing that starts a local
-    server; against https (AWS), nothing behind the fault proxy, which speaks http only."""
+    """Shared-setup groups for xdist; with DYNLOCK_TEST_ENDPOINT, the tests on ``server`` and
+    nothing that starts a local server; against https (AWS), nothing behind the fault proxy,
+    which speaks http only."""
+    for item in items:
+        group = xdist_group(item)
+        if group:
+            item.add_marker(pytest.mark.xdist_group(group))
     if not TEST_ENDPOINT:
         return
     keep, drop = [], []
@@ -128,15 +158,17 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
-@pytest.fixture(scope="session", autouse=True)
-def endpoint_tables_deleted():
-    """With DYNLOCK_TEST_ENDPOINT: every table of this run deleted at the end, after failures too.
-
-    Only tables named with this run's prefix are touched."""
-    yield
-    if TEST_ENDPOINT:
-        left = delete_tables_of_this_run(TEST_ENDPOINT)
-        assert not left, f"tables of this run still there after cleanup: {left}"
+def pytest_sessionfinish(session, exitstatus):
+    """With DYNLOCK_TEST_ENDPOINT: every table of this run deleted at the end, after failures
+    too, and the run failed if any is left. Only tables named with this run's prefix are
+    touched. With xdist workers, by the controller once they all have finished (a worker
+    that finished early would delete tables another is still using)."""
+    if not TEST_ENDPOINT or hasattr(session.config, "workerinput"):
+        return
+    left = delete_tables_of_this_run(TEST_ENDPOINT)
+    if left:
+        session.config.get_terminal_writer().line(f"tables of this run still there after cleanup: {left}", red=True)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 @pytest.fixture

@@ -20,9 +20,22 @@ from localdynamo.servers import REPO_ROOT, dummy_client
 pytestmark = pytest.mark.slow
 
 FAILING = """
+from localdynamo.servers import dummy_client, table_name
+
+
 def test_fails_after_making_a_table(dynlock):
     dynlock.acquire("left-held")
     assert False, "on purpose: the run's tables must go all the same"
+
+
+def test_leaves_a_table_that_only_the_end_of_the_run_deletes(dynlock):
+    # As a test killed before its teardown would: made under the run's prefix, not deleted.
+    dummy_client(dynlock.options.endpoint_url).create_table(
+        TableName=table_name(),
+        KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
 """
 
 
@@ -64,7 +77,9 @@ def test_a_run_against_an_endpoint_uses_only_it_and_deletes_its_tables(dynamodb_
         assert "[endpoint]" in run_against(endpoint, "ep1", "tests/test_engine.py", "--collect-only").stdout
 
         failing.write_text(FAILING)
-        failed = run_against(endpoint, "ep2", str(failing.relative_to(REPO_ROOT)))
+        # On xdist workers, as `make test` runs them: the controller deletes the tables once
+        # every worker has finished.
+        failed = run_against(endpoint, "ep2", str(failing.relative_to(REPO_ROOT)), "-n", "2")
         assert failed.returncode == 1 and "on purpose" in failed.stdout, failed.stdout[-3000:] + failed.stderr[-3000:]
 
         tables = admin.list_tables()["TableNames"]
