@@ -128,11 +128,12 @@ def xdist_group(item) -> str | None:
     module = item.module.__name__
     if module not in SHARED_SETUP_MODULES:
         return None
-    # The mixed-fault runs are one module fixture per server: a group per server.
+    # The mixed-fault runs are one module fixture per server: a group per server. (No
+    # brackets in a group name: xdist reads a name that ends in "]" as no group.)
     server = getattr(item, "callspec", None) and next(
         (value for value in item.callspec.params.values() if value in SERVER_MATRIX), None
     )
-    return f"{module}[{server}]" if server else module
+    return f"{module}:{server}" if server else module
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks

@@ -348,7 +348,9 @@ def test_one_heartbeat_thread_per_client_not_per_lock(dynlock):
         )
 
     leases = [dynlock.acquire(f"hb:{i}", lease=1.5) for i in range(20)]
-    assert ours() == ["dynlock-heartbeat-default"]
+    # One heartbeat thread for the twenty; and no more than one alarm thread, which the
+    # first renewals start if taking the twenty lasted a third of a lease (a loaded machine).
+    assert ours() in (["dynlock-heartbeat-default"], ["dynlock-heartbeat-default", "dynlock-heartbeat-default-alarms"])
     with count_calls(dynlock) as calls:
         time.sleep(1.0)
     # 20 leases renewed every 0.5 s (lease / 3, with jitter): about 40 renewals a second.

@@ -120,6 +120,7 @@ class Acquiring(Holding):
         stale = False
         holders_seen: set[str] = set()
         reserved_looks = 0
+        seen_busy = False  # a look of this call showed the key held by someone else
         while True:
             due = self._waiting.takeover_in(last_item, watch, time.monotonic())
             if due is not None and due <= 0:
@@ -141,6 +142,7 @@ class Acquiring(Holding):
                     # Where the server returns no item (dynalite) reading it costs a call:
                     # try_acquire skips it, unless only a watch of the holder's record
                     # version (kept between calls) can ever take the key over.
+                    seen_busy = True  # the condition failed: the key is not ours to take now
                     failed = exc
                     read = not single or not self.clock.known
                     look = lambda: self._store.old_item(failed, stored, read=read)  # noqa: E731, B023 (called in this iteration)
@@ -182,6 +184,9 @@ class Acquiring(Holding):
                 else:
                     if item is not None or not single or not self.clock.known:
                         last_item = item
+                        seen_busy = seen_busy or bool(
+                            item and item.get(it.OWNER, {}).get("S") not in (None, attempt.owner)
+                        )
                         watch = self._waiting.observe(watch, item, time.monotonic(), attempt.owner)
                         self._waiting.remember(stored, watch)
                         if item:
@@ -208,7 +213,8 @@ class Acquiring(Holding):
                 rechecked = True
                 continue
             if single or now >= terms.give_up_at:
-                if error is not None:
+                # A failed read only hid who holds the key: it is busy, not DynamoDB.
+                if error is not None and not seen_busy:
                     raise error
                 info = self._info(last_item)
                 raise LockNotAcquired(

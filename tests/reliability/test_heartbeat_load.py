@@ -16,7 +16,8 @@ import pytest
 
 from localdynamo.servers import REPO_ROOT, server_env
 
-pytestmark = pytest.mark.slow
+# Renewal rates: run alone, after the parallel pass (`make test`).
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 
 def heartbeat_load(tmp_path, server, **options: float) -> dict:

@@ -15,6 +15,7 @@ suite found".
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 import uuid
@@ -119,21 +120,49 @@ def test_a_release_whose_reply_was_lost_is_recognised_after_someone_else_came_an
     assert [r.fault for r in proxy.log if is_release(r.body)][:2] == ["drop_reply", "delay"]
 
 
+def every_other():
+    """A match for every other request it is asked about, from the first."""
+    calls = itertools.count()
+    return lambda body: next(calls) % 2 == 0
+
+
 @pytest.mark.dynalite
-def test_a_failing_read_of_the_holder_does_not_end_a_wait(dynalite_server):
+@pytest.mark.parametrize(
+    "faults",
+    [
+        # The first look's three quick tries, with most of the wait still ahead.
+        "one look",
+        # The first look's tries, when the wait runs out during that look (its write was
+        # slow): under load this is where the three failures fell in one CI run, and the
+        # wait ended with the read's BackendError although the write had seen the key held.
+        "one look at the deadline",
+        # The first try of three looks in a row.
+        "across looks",
+    ],
+)
+def test_a_failing_read_of_the_holder_does_not_end_a_wait(dynalite_server, faults):
+    """dynalite returns no item on a failed condition: a waiter reads the holder after
+    each failed write. However the read's failures fall, the wait lasts ``wait`` and ends
+    with LockNotAcquired: the writes saw the key held, only who holds it is unknown."""
     endpoint = dynalite_server.endpoint_url
     table = create_table(endpoint)
     owner = client_for(endpoint, table)
+    wait = 0.1 if faults == "one look at the deadline" else 1.0
     try:
         held = owner.acquire("busy")
         with FaultProxy(endpoint, max_seconds=60) as proxy:
             waiter = client_for(proxy.endpoint_url, table, client_config=CONFIG)
             try:
-                proxy.add_fault("http500", operation="GetItem", times=3)
+                if faults == "one look at the deadline":
+                    # Slower than the wait, within the read timeout.
+                    proxy.add_fault("delay", operation="UpdateItem", delay_seconds=0.15)
+                match = every_other() if faults == "across looks" else None
+                failing = proxy.add_fault("http500", operation="GetItem", match=match, times=3)
                 started = time.monotonic()
                 with pytest.raises(LockNotAcquired):
-                    waiter.acquire("busy", wait=1.0)
-                assert time.monotonic() - started >= 1.0
+                    waiter.acquire("busy", wait=wait)
+                assert time.monotonic() - started >= wait
+                assert failing.fired == 3
             finally:
                 waiter.close()
         held.release()

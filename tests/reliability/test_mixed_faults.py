@@ -24,7 +24,8 @@ import pytest
 from tests.reliability.harness import FAULT_DELAY, MIXED_FAULTS, Results, Scenario, stalls
 from tests.reliability.history import summarize
 
-pytestmark = pytest.mark.slow
+# Rates and section counts: run alone, after the parallel pass (`make test`).
+pytestmark = [pytest.mark.slow, pytest.mark.solo]
 
 LEASE = 4.0
 SERVERS = ["dynamodb-local", "dynalite"]
