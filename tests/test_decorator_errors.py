@@ -15,6 +15,7 @@ from django.test import AsyncClient
 from django_dynlock import InvalidArgument, dynamo_lock
 from django_dynlock.exceptions import BackendError, TableNotFound
 from localdynamo.faultproxy import FaultProxy
+from tests.support.polling import wait_for
 
 pytestmark = pytest.mark.urls("tests.support.decorated_views")
 
@@ -127,3 +128,15 @@ def test_on_error_is_for_decorators_only():
     with pytest.raises(InvalidArgument, match="on_error applies to decorated functions only"):
         with dynamo_lock("k", on_error=503):
             pass
+
+
+@pytest.mark.django_db
+def test_a_release_dynamodb_fails_still_answers_the_views_response(dynlock, proxy, client):
+    # The view's work is done: its answer stands, and the release is retried in the background.
+    def is_release(body):
+        return "REMOVE #owner" in body.get("UpdateExpression", "")
+
+    failed = proxy.add_fault("http500", operation="UpdateItem", match=is_release, times=1)
+    reply = client.get("/pay/9/")
+    assert reply.status_code == 200 and failed.fired == 1
+    wait_for(lambda: dynlock.get("order:9") is None, 10, "the background release")
