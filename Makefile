@@ -38,9 +38,9 @@ DYNALITE := node_modules/.bin/dynalite
 CHROMIUM := /usr/bin/chromium
 # The newest-Django pass runs what touches Django; the engine, the servers and the fault
 # proxy do not depend on the Django version and run once, in the main pass.
-DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_decorator.py \
+DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_decorator.py tests/test_decorator_errors.py \
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
-	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py
+	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py
 
 .PHONY: venv node java browser postgresql lint test test-latest test-endpoint run clean
 

@@ -29,7 +29,7 @@ from django.http import HttpRequest, HttpResponse
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
-from .exceptions import DynLockError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
+from .exceptions import BackendError, DynLockError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
 from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock")
@@ -286,6 +286,24 @@ def busy_response(error: LockNotAcquired, status: int = 423) -> HttpResponse:
     return response
 
 
+# DynamoDB throttles per second; an outage or a failing server is given a little longer.
+THROTTLED_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
+THROTTLED_RETRY_AFTER, TROUBLE_RETRY_AFTER = 1, 5
+
+
+def error_response(error: BackendError, status: int = 503) -> HttpResponse:
+    """The default answer of a view whose lock DynamoDB could not grant or refuse in
+    time (throttled, unreachable, failing): 503 Service Unavailable with Retry-After."""
+    response = HttpResponse(
+        "Service Unavailable: the lock service is not answering; try again later.\n",
+        status=status,
+        content_type="text/plain",
+    )
+    retry_after = THROTTLED_RETRY_AFTER if error.code in THROTTLED_CODES else TROUBLE_RETRY_AFTER
+    response["Retry-After"] = str(retry_after)
+    return response
+
+
 class dynamo_lock:
     """Hold DynamoDB leases around a function call or a ``with`` block.
 
@@ -302,6 +320,7 @@ class dynamo_lock:
         using: str = DEFAULT_ALIAS,
         on_busy: str | int | Callable[..., Any] | None = None,
         on_lost: str = "raise",
+        on_error: str | int | Callable[..., Any] | None = None,
         reentrant: bool = False,
         holder: Mapping[str, Any] | None = None,
         quote: bool = False,
@@ -321,12 +340,18 @@ class dynamo_lock:
             )
         if on_lost not in ON_LOST:
             raise InvalidArgument(f"on_lost must be one of {ON_LOST}, got {on_lost!r}")
+        if on_error is not None and not (on_error == RAISE or callable(on_error) or _is_status(on_error)):
+            raise InvalidArgument(
+                f"on_error must be 'raise', an HTTP status code (e.g. 503) or a callable (request, error), "
+                f"got {on_error!r}"
+            )
         self.keys = keys
         self.wait = wait
         self.lease = lease
         self.using = using
         self.on_busy = on_busy
         self.on_lost = on_lost
+        self.on_error = on_error
         self.reentrant = reentrant
         self.holder = dict(holder or {})
         self.quote = bool(quote)
@@ -381,6 +406,22 @@ class dynamo_lock:
             return policy(request, error)
         return busy_response(error, status=int(policy))
 
+    def _trouble(self, error: BackendError, request: HttpRequest | None, func: Callable[..., Any]) -> Any:
+        """DynamoDB could not be asked for the lock. A passing trouble (``retryable``)
+        goes to ``on_error``; one no wait can fix (a missing table, denied access, bad
+        credentials) is a deployment bug and raises, so Django reports it as a 500."""
+        policy = self.on_error
+        if policy is None:
+            policy = 503 if request is not None else RAISE
+        if policy == RAISE or not error.retryable:
+            raise error
+        where = f"{func.__module__}.{func.__qualname__}"
+        if callable(policy):
+            logger.warning("%s: could not acquire its lock, on_error handles it: %s", where, error)
+            return policy(request, error)
+        logger.warning("%s: could not acquire its lock, answered %s: %s", where, policy, error)
+        return error_response(error, status=int(policy))
+
     def _finish(self, handle: Handle, error: BaseException | None) -> None:
         """Release; report a lease that ended during the call, never hiding ``error``.
 
@@ -432,6 +473,8 @@ class dynamo_lock:
                     handle = await _acquire_in_thread(lambda: self._acquire(resolved, holder))
                 except LockNotAcquired as error:
                     return self._busy(error, request, args)
+                except BackendError as error:
+                    return self._trouble(error, request, func)
                 token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
                 failure: BaseException | None = None
                 try:
@@ -457,6 +500,8 @@ class dynamo_lock:
                 handle = self._acquire(resolved, _holder(func, request, self.holder, args))
             except LockNotAcquired as error:
                 return self._busy(error, request, args)
+            except BackendError as error:
+                return self._trouble(error, request, func)
             token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
             failure: BaseException | None = None
             try:
@@ -475,6 +520,10 @@ class dynamo_lock:
         if self.on_busy not in (None, RAISE):
             raise InvalidArgument(
                 "in a with block a busy lock raises LockNotAcquired: on_busy applies to decorated functions only"
+            )
+        if self.on_error not in (None, RAISE):
+            raise InvalidArgument(
+                "in a with block DynamoDB's errors raise BackendError: on_error applies to decorated functions only"
             )
         if not self.keys:
             raise InvalidArgument('dynamo_lock used as a context manager needs a key: with dynamo_lock("export"): ...')

@@ -21,7 +21,11 @@ for requests chosen to suffer a fault:
     instead of the upstream's reply: the server failed after the write.
 
 Faults are chosen per request, by scripted rules (``add_fault``, which take
-precedence) or at random (``set_rates``).  While ``pause()``-d every request is
+precedence), by DynamoDB's per-partition throughput (``limit_partitions``: a token
+bucket per key, reads and writes apart, see ``localdynamo/partitions.py``; a request
+beyond it is answered 400 ``ProvisionedThroughputExceededException`` or
+``ThrottlingException`` and counted as the fault ``"partition"``) or at random
+(``set_rates``).  While ``pause()``-d every request is
 reset, as if the endpoint were down.
 
 Budget: once ``max_seconds`` have passed since ``start()`` or more than
@@ -61,6 +65,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+
+from localdynamo.partitions import Partitions
 
 __all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "RequestRecord", "ScriptedFault"]
 
@@ -239,6 +245,10 @@ class _Handler(BaseHTTPRequestHandler):
         if kind in _ERROR_REPLIES and kind != "http500_applied":
             self._error_reply(kind, record)
             return
+        if kind == "partition":
+            partitions = proxy.partitions or Partitions()  # limit_partitions(None) came in between
+            self._send_error(400, partitions.error_code, partitions.error_message, record)
+            return
         if kind == "delay" and proxy._stopping.wait(delay):
             self._abort()
             return
@@ -267,7 +277,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _error_reply(self, kind: str, record: RequestRecord | None) -> None:
         status, code = _ERROR_REPLIES[kind]
-        payload = json.dumps({"__type": _ERROR_PREFIX + code, "message": "injected"})
+        self._send_error(status, code, "injected", record)
+
+    def _send_error(self, status: int, code: str, message: str, record: RequestRecord | None) -> None:
+        payload = json.dumps({"__type": _ERROR_PREFIX + code, "message": message})
         self._reply(
             status,
             payload.encode(),
@@ -339,6 +352,7 @@ class FaultProxy:
         self._rate_delay: float | None = None
         self._rate_operations: frozenset[str] | None = None
         self._paused = False
+        self.partitions: Partitions | None = None
         self._requests = 0
         self._forwarded = 0
         self._faults: Counter[str] = Counter()
@@ -475,6 +489,12 @@ class FaultProxy:
             self._rate_delay = delay_seconds
             self._rate_operations = None if operations is None else frozenset(operations)
 
+    def limit_partitions(self, partitions: Partitions | None) -> None:
+        """Throttle requests beyond each key's throughput (``Partitions(read_units=30,
+        write_units=10)``), or stop with ``None``. Its counters: ``partitions.counts()``."""
+        with self._lock:
+            self.partitions = partitions
+
     def clear_faults(self) -> None:
         """Forget scripted faults and random rates (pause is kept)."""
         with self._lock:
@@ -556,6 +576,9 @@ class FaultProxy:
                             kind, delay = rate_kind, self._rate_delay or 0.0
                             break
                         draw -= rate
+                # Last: only a request the server would see takes its partition's units.
+                if kind is None and self.partitions is not None and not self.partitions.admit(operation, body):
+                    kind = "partition"
             if kind is not None:
                 self._faults[kind] += 1
                 self._op_faults.setdefault(operation, Counter())[kind] += 1

@@ -20,6 +20,7 @@ from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
 from localdynamo.faultproxy import FaultProxy
+from localdynamo.partitions import Partitions, units_by_key
 from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, LocalServer, start_moto_server
 
 # total_max_attempts, not max_attempts: botocore's "max_attempts" counts
@@ -343,6 +344,83 @@ def test_concurrent_clients_with_random_faults(moto: LocalServer, table: str) ->
     assert len(oks) + len(errors) == stats.requests == threads * per_thread
     assert sum(stats.faults.values()) == len(errors) > 0
     assert stats.forwarded == len(oks) + stats["drop_reply"]
+
+
+# -- partitions: a token bucket per key --------------------------------------------
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_a_partition_counts_reads_and_writes_apart_and_refills_at_its_rate() -> None:
+    clock = FakeClock()
+    parts = Partitions(read_units=4, write_units=2, clock=clock)
+    read = {"Key": {"key": {"S": "a"}}, "ConsistentRead": True}
+    write = {"Key": {"key": {"S": "a"}}}
+    assert [parts.admit("GetItem", read) for _ in range(5)] == [True] * 4 + [False]
+    assert [parts.admit("UpdateItem", write) for _ in range(3)] == [True, True, False]  # its own bucket
+    assert parts.admit("GetItem", {"Key": {"key": {"S": "b"}}, "ConsistentRead": True})  # another key
+    # Eventually consistent reads take half a unit; a throttled request takes nothing.
+    clock.now += 0.25  # one read unit back
+    assert [parts.admit("GetItem", {"Key": {"key": {"S": "a"}}}) for _ in range(3)] == [True, True, False]
+    clock.now += 10  # refilled to the burst (1 s of rate), not beyond
+    assert sum(parts.admit("GetItem", read) for _ in range(10)) == 4
+    # Scans and table requests touch no key.
+    assert all(parts.admit("Scan", {"TableName": "t"}) for _ in range(50))
+    counts = parts.counts()
+    assert vars(counts["a"]) == {"reads": 10, "writes": 2, "read_throttles": 8, "write_throttles": 1}
+    assert counts["b"].reads == 1 and parts.total().throttles == 9
+
+
+def test_transactions_take_twice_from_every_key_or_nothing() -> None:
+    clock = FakeClock()
+    parts = Partitions(read_units=10, write_units=3, clock=clock)
+    both = {"TransactItems": [{"Update": {"Key": {"key": {"S": k}}}} for k in ("x", "y")]}
+    assert units_by_key("TransactWriteItems", both) == {"x": 2.0, "y": 2.0}
+    assert parts.admit("TransactWriteItems", both)
+    assert not parts.admit("TransactWriteItems", both)  # 1 unit left in each
+    assert parts.admit("PutItem", {"Item": {"key": {"S": "x"}, "owner": {"S": "o"}}})
+    assert units_by_key("BatchGetItem", {"RequestItems": {"t": {"Keys": [{"key": {"S": "z"}}]}}}) == {"z": 0.5}
+
+
+@pytest.mark.parametrize("code", ["ProvisionedThroughputExceededException", "ThrottlingException"])
+def test_the_proxy_throttles_a_hot_key_like_dynamodb(proxy: FaultProxy, client: Any, table: str, code: str) -> None:
+    clock = FakeClock()
+    parts = Partitions(read_units=3, write_units=2, key_attribute="pk", error_code=code, clock=clock)
+    proxy.limit_partitions(parts)
+    outcomes = []
+    for _ in range(5):
+        try:
+            client.get_item(TableName=table, Key=key("hot"), ConsistentRead=True)
+            outcomes.append("ok")
+        except ClientError as exc:
+            outcomes.append(exc.response["Error"]["Code"])
+            assert exc.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+            assert "throughput" in exc.response["Error"]["Message"].lower()
+    assert outcomes == ["ok"] * 3 + [code] * 2
+    client.put_item(TableName=table, Item={**key("hot"), "v": {"S": "1"}})  # writes have their own bucket
+    client.get_item(TableName=table, Key=key("cold"), ConsistentRead=True)  # another partition
+    clock.now += 0.5  # 1.5 read units back
+    client.get_item(TableName=table, Key=key("hot"), ConsistentRead=True)
+    assert proxy.stats["partition"] == 2 and proxy.stats.faults_by_operation == {"GetItem": {"partition": 2}}
+    assert vars(parts.counts()["hot"]) == {"reads": 4, "writes": 1, "read_throttles": 2, "write_throttles": 0}
+    proxy.limit_partitions(None)
+    for _ in range(5):
+        client.get_item(TableName=table, Key=key("hot"), ConsistentRead=True)
+    assert proxy.stats["partition"] == 2
+
+
+@pytest.mark.parametrize(
+    "kwargs", [{"read_units": 0}, {"write_units": -1}, {"burst_seconds": 0}, {"error_code": "Throttled"}]
+)
+def test_partitions_refuse_bad_arguments(kwargs: dict[str, Any]) -> None:
+    with pytest.raises(ValueError):
+        Partitions(**kwargs)
 
 
 # -- pause / resume --------------------------------------------------------------

@@ -8,6 +8,7 @@ from django.utils.decorators import method_decorator
 from django.views import View
 
 from django_dynlock import dynamo_lock
+from django_dynlock.exceptions import BackendError
 
 
 def _current() -> dict:
@@ -47,6 +48,27 @@ async def checkout(request):
     return JsonResponse(_current())
 
 
+@dynamo_lock("order:{order_id}", on_error="raise")
+def pay_raise(request, order_id):
+    return JsonResponse(_current())
+
+
+@dynamo_lock("order:{order_id}", on_error=lambda request, error: HttpResponse(f"trouble {error.code}", status=502))
+def pay_error_custom(request, order_id):
+    return JsonResponse(_current())
+
+
+@dynamo_lock("order:{order_id}")
+def own_backend_error(request, order_id):
+    # The view's own failure, after the lock was granted: never a 503.
+    raise BackendError("the view's own DynamoDB call failed", code="ThrottlingException", retryable=True)
+
+
+@dynamo_lock("order:{order_id}")
+async def own_backend_error_async(request, order_id):
+    raise BackendError("the view's own DynamoDB call failed", code="ThrottlingException", retryable=True)
+
+
 urlpatterns = [
     path("pay/<int:order_id>/", pay),
     path("pay409/<int:order_id>/", pay_409),
@@ -54,4 +76,8 @@ urlpatterns = [
     path("ship/<int:order_id>/", ShipView.as_view()),
     path("cancel/<int:order_id>/", CancelView.as_view()),
     path("checkout/", checkout),
+    path("payraise/<int:order_id>/", pay_raise),
+    path("payerror/<int:order_id>/", pay_error_custom),
+    path("own/<int:order_id>/", own_backend_error),
+    path("ownasync/<int:order_id>/", own_backend_error_async),
 ]
