@@ -36,6 +36,7 @@ __all__ = [
     "REPO_ROOT",
     "LocalServer",
     "PortInUseError",
+    "QUICK_START_JAVA",
     "SERVER_KINDS",
     "TABLE_PREFIX",
     "TEST_ENDPOINT",
@@ -477,11 +478,20 @@ def start_dynalite(
     return _start("dynalite", make_command, timeout=timeout, port=port, cwd=str(REPO_ROOT))
 
 
-def start_dynamodb_local(timeout: float = 60.0, port: int | None = None) -> LocalServer:
+# For short-lived servers (the test suite's): the JVM's first-tier compiler only. Measured
+# here, start-up and 300 acquire/release cycles cost 4.0 s of CPU instead of 7.6-9.4 s, at
+# the same speed; the benchmarks keep the full JIT, for its throughput on long runs.
+QUICK_START_JAVA = ("-XX:TieredStopAtLevel=1",)
+
+
+def start_dynamodb_local(
+    timeout: float = 60.0, port: int | None = None, java_options: Sequence[str] = ()
+) -> LocalServer:
     """Start AWS's DynamoDB Local (``make node``; needs ``java``, 17 or newer) in memory on 127.0.0.1.
 
     The reference server: AWS's own implementation of the API, with transactions,
     TTL and the item on a failed condition, stamping ``Date`` on every reply.
+    ``java_options`` go to the JVM (e.g. QUICK_START_JAVA).
     """
     jar = dynamodb_local_jar()
     if jar is None:
@@ -500,6 +510,7 @@ def start_dynamodb_local(timeout: float = 60.0, port: int | None = None) -> Loca
             java,
             "-Xmx512m",
             "-XX:+UseSerialGC",
+            *java_options,
             f"-Djava.library.path={jar.parent / 'DynamoDBLocal_lib'}",
             "-jar",
             str(jar),
@@ -515,14 +526,17 @@ def start_dynamodb_local(timeout: float = 60.0, port: int | None = None) -> Loca
 SERVER_KINDS = ("dynamodb-local", "moto", "dynalite")
 
 
-def start_server(kind: str, timeout: float = 20.0, port: int | None = None) -> LocalServer:
-    """``start_server("dynamodb-local")``, ``start_server("moto")`` or ``start_server("dynalite")``."""
+def start_server(
+    kind: str, timeout: float = 20.0, port: int | None = None, java_options: Sequence[str] = ()
+) -> LocalServer:
+    """``start_server("dynamodb-local")``, ``start_server("moto")`` or ``start_server("dynalite")``
+    (``java_options``: DynamoDB Local's only)."""
     if kind == "moto":
         return start_moto_server(timeout=timeout, port=port)
     if kind == "dynalite":
         return start_dynalite(timeout=timeout, port=port)
     if kind == "dynamodb-local":
-        return start_dynamodb_local(timeout=max(timeout, 60.0), port=port)
+        return start_dynamodb_local(timeout=max(timeout, 60.0), port=port, java_options=java_options)
     raise ValueError(f"unknown server kind {kind!r} (expected one of {', '.join(SERVER_KINDS)})")
 
 

@@ -39,6 +39,7 @@ else:
     )
 
 from localdynamo.servers import (  # noqa: E402
+    QUICK_START_JAVA,
     TEST_ENDPOINT,
     LocalServer,
     start_dynalite,
@@ -52,7 +53,7 @@ from tests.support.tools import need_dynalite, need_dynamodb_local  # noqa: E402
 @pytest.fixture(scope="session")
 def dynamodb_local_server():
     need_dynamodb_local()
-    server = start_dynamodb_local()
+    server = start_dynamodb_local(java_options=QUICK_START_JAVA)
     yield server
     server.stop()
 

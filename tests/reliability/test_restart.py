@@ -21,7 +21,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from django_dynlock import BackendError, LockLost, TableNotFound
-from localdynamo.servers import free_port, start_server
+from localdynamo.servers import QUICK_START_JAVA, free_port, start_server
 from tests.reliability.harness import create_table
 from tests.support.clients import client_for
 from tests.support.polling import wait_for
@@ -47,11 +47,11 @@ def restartable(request):
 
     {"dynalite": need_dynalite, "dynamodb-local": need_dynamodb_local}.get(request.param, lambda: None)()
     port = free_port()
-    servers = [start_server(request.param, port=port)]
+    servers = [start_server(request.param, port=port, java_options=QUICK_START_JAVA)]
 
     def restart():
         servers[-1].stop()
-        servers.append(start_server(request.param, port=port, timeout=30))
+        servers.append(start_server(request.param, port=port, timeout=30, java_options=QUICK_START_JAVA))
         return servers[-1]
 
     yield servers[0], restart
