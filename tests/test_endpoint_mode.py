@@ -17,7 +17,7 @@ import pytest
 
 from localdynamo.servers import REPO_ROOT, dummy_client
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.background]
 
 FAILING = """
 from localdynamo.servers import dummy_client, table_name

@@ -19,7 +19,7 @@ import django_dynlock
 from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, dummy_client, table_name
 
 ROOT = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.background]
 
 SETTINGS = """
 SECRET_KEY = "package-test"

@@ -217,6 +217,7 @@ def test_showlocks_writes_each_lease_before_reading_more(synthetic, fmt):
 
 
 @pytest.mark.slow
+@pytest.mark.background
 @pytest.mark.parametrize("fmt", ["table", "json", "csv"])
 def test_showlocks_uses_constant_memory_for_100_000_leases(synthetic, fmt):
     synthetic(lambda: synthetic_leases(100_000))

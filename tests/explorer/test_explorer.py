@@ -23,6 +23,9 @@ from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
 from .scenario import Ledger, Scenario, Violation
 from .world import Choices, SeededChoices
 
+# In virtual time, and CPU-bound: on a worker at low priority (tests/conftest.py).
+pytestmark = pytest.mark.background
+
 PROFILE = os.environ.get("DYNLOCK_EXPLORE", "quick")
 if PROFILE not in ("quick", "long"):
     raise RuntimeError(f"DYNLOCK_EXPLORE must be 'quick' or 'long', not {PROFILE!r}")
