@@ -10,6 +10,7 @@
 #   make lint        ruff (format check and lint) over the repository, mypy over the package
 #   make test-latest the Django-facing tests (-m "not slow") on Django 6.1 and the newest Python
 #                    3.13 or 3.12 found (PATH, then pyenv), on DynamoDB Local
+#   make test-django the same on another Django and Python: make test-django DJANGO=6.0 PY=3.12
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
 #   make clean       remove venvs, node_modules and .demo
 #
@@ -29,10 +30,6 @@ VENV := .venv
 # more workers than the 2 cores it was measured on (docs/testing.md); each has its own servers.
 TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
-# The second pass: the newest Django on the newest Python found (Django 6 needs >= 3.12).
-VENV_LATEST := .venv-latest
-DJANGO_LATEST := Django>=6.1,<6.2
-PYTHON_LATEST ?= $(shell scripts/find_python.sh 3.13 3.12)
 PY_DEPS := pyproject.toml
 DYNALITE := node_modules/.bin/dynalite
 CHROMIUM := /usr/bin/chromium
@@ -42,7 +39,7 @@ DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_d
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
 	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py
 
-.PHONY: venv node java browser postgresql lint test test-latest test-endpoint run clean
+.PHONY: venv node java browser postgresql lint test test-latest test-django test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -59,11 +56,6 @@ $(UV):
 $(VENV)/.installed: $(PY_DEPS) | $(UV)
 	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV)
 	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet -e '.[dev]'
-	touch $@
-
-$(VENV_LATEST)/.installed: $(PY_DEPS) | $(UV)
-	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON_LATEST) $(VENV_LATEST)
-	VIRTUAL_ENV=$(VENV_LATEST) $(UV) pip install --quiet -e '.[dev]' '$(DJANGO_LATEST)'
 	touch $@
 
 node: $(DYNALITE)
@@ -117,17 +109,32 @@ test: venv node java browser postgresql
 	$(VENV)/bin/python -m pytest -m solo $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(MAKE) --no-print-directory test-latest
 
-# Skipped, loudly, where no Python >= 3.12 is found (it runs on the project's machine image).
-test-latest: node java browser
-	@if [ -z "$(PYTHON_LATEST)" ]; then \
+# A pass of the Django-facing tests on another Django and Python, in a venv of its own
+# (.venv-django$(DJANGO), made by uv in seconds): make test-django DJANGO=6.0 PY=3.12
+# PY lists the Python versions to look for, the first found is used (scripts/find_python.sh:
+# PATH, then pyenv). Where none is found, the pass is skipped, loudly.
+DJANGO ?= 6.1
+PY ?= 3.13 3.12
+test-django: node java browser | $(UV)
+	@python=$$(scripts/find_python.sh $(PY)) || { \
 		echo "********************************************************************************"; \
-		echo "* WARNING: no Python 3.13 or 3.12 on PATH or in pyenv: the Django 6.1 pass is SKIPPED"; \
+		echo "* WARNING: no Python $(PY) on PATH or in pyenv: the Django $(DJANGO) pass is SKIPPED"; \
 		echo "********************************************************************************"; \
-	else \
-		$(MAKE) --no-print-directory $(VENV_LATEST)/.installed && \
-		$(VENV_LATEST)/bin/python -c 'import django, sys; assert django.VERSION[:2] == (6, 1), django.get_version(); print("Django", django.get_version(), "on Python", sys.version.split()[0])' && \
-		DYNLOCK_TEST_SERVERS=dynamodb-local $(VENV_LATEST)/bin/python -m pytest $(XDIST) -m "not slow" $(DJANGO_LAYER_TESTS) $(PYTEST_ARGS); \
-	fi
+		exit 0; }; \
+	venv=.venv-django$(DJANGO); \
+	if [ ! -f $$venv/.installed ] || [ $(PY_DEPS) -nt $$venv/.installed ]; then \
+		$(UV) venv --quiet --seed --allow-existing --python $$python $$venv; \
+		VIRTUAL_ENV=$$venv $(UV) pip install --quiet -e '.[dev]' 'Django~=$(DJANGO).0'; \
+		touch $$venv/.installed; \
+	fi; \
+	$$venv/bin/python -c 'import django, sys; print("Django", django.get_version(), "on Python", sys.version.split()[0])'; \
+	$$venv/bin/python -c 'import django; assert django.get_version().startswith("$(DJANGO)."), django.get_version()'; \
+	echo "DYNLOCK_TEST_SERVERS=dynamodb-local $$venv/bin/python -m pytest $(XDIST) -m \"not slow\" ..."; \
+	DYNLOCK_TEST_SERVERS=dynamodb-local $$venv/bin/python -m pytest $(XDIST) -m "not slow" $(DJANGO_LAYER_TESTS) $(PYTEST_ARGS)
+
+# The newest Django on the newest Python (Django 6 needs Python >= 3.12).
+test-latest:
+	@$(MAKE) --no-print-directory test-django DJANGO=6.1 PY="3.13 3.12"
 
 # The real-server tests against an endpoint the suite did not start (docs/testing.md):
 #   make test-endpoint DYNLOCK_TEST_ENDPOINT=http://127.0.0.1:8000
@@ -143,4 +150,4 @@ run: venv $(if $(filter local,$(DYNAMODB)),node java)
 	$(VENV)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
 
 clean:
-	rm -rf $(VENV) $(VENV_LATEST) $(UV_HOME) node_modules .demo
+	rm -rf $(VENV) .venv-django* $(UV_HOME) node_modules .demo
