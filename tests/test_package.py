@@ -102,7 +102,7 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
     assert not [n for n in names if n.startswith(("tests/", "bench/", "testproject/"))]
     metadata = zipfile.ZipFile(wheel).read(f"{info}/METADATA").decode()
     assert "License-Expression: BSD-3-Clause" in metadata
-    assert "Classifier: Framework :: Django :: 4.2" in metadata and "Classifier: Framework :: Django :: 5.2" in metadata
+    assert "Requires-Dist: Django>=5.2" in metadata and "Classifier: Framework :: Django :: 6.1" in metadata
     assert "# django-dynlock" in metadata  # README as the long description
 
     sdist = only(dist, f"django_dynlock-{version}.tar.gz")
