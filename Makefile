@@ -8,7 +8,7 @@
 #   make test        full test suite, then the Django 4.2 LTS pass (test-dj42)
 #   make lint        ruff (format check and lint) over the repository, mypy over the package
 #   make test-dj42   Django 4.2 LTS pass over the Django-facing tests (-m "not slow"), on DynamoDB Local
-#   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
+#   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin), in its own .venv-demo
 #   make clean       remove venvs, node_modules and .demo
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k acquire"
@@ -110,9 +110,18 @@ test-endpoint: venv
 
 # The demo's local DynamoDB: moto (pure Python) or local (AWS's DynamoDB Local: make run DYNAMODB=local)
 DYNAMODB ?= moto
+# The demo gets a venv of its own with the package and its `demo` extra (moto's server),
+# not the development toolchain: see "The demo" in README.md for what that saves.
+VENV_DEMO := .venv-demo
 
-run: venv $(if $(filter local,$(DYNAMODB)),node java)
-	$(VENV)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
+$(VENV_DEMO)/.installed: setup.cfg pyproject.toml
+	test -x $(VENV_DEMO)/bin/python || $(PYTHON) -m venv $(VENV_DEMO)
+	$(VENV_DEMO)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_DEMO)/bin/python -m pip install -e '.[demo]'
+	touch $@
+
+run: $(VENV_DEMO)/.installed $(if $(filter local,$(DYNAMODB)),node java)
+	$(VENV_DEMO)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
 
 clean:
 	rm -rf $(VENV) $(VENV_DJ42) node_modules .demo
