@@ -100,6 +100,8 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
         "django_dynlock/migrations/0001_initial.py",
         "django_dynlock/management/commands/createlocktable.py",
         "django_dynlock/templates/admin/django_dynlock/lease/change_list.html",
+        "django_dynlock/locale/fr/LC_MESSAGES/django.mo",  # compiled: no gettext needed to install
+        "django_dynlock/locale/fr/LC_MESSAGES/django.po",
         f"{info}/licenses/LICENSE",
     ):
         assert needed in names, needed
@@ -117,6 +119,8 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
         "setup.cfg",
         "django_dynlock/py.typed",
         "django_dynlock/templates/admin/django_dynlock/lease/change_list.html",
+        "django_dynlock/locale/fr/LC_MESSAGES/django.mo",
+        "django_dynlock/locale/fr/LC_MESSAGES/django.po",
     ):
         assert needed in members, needed
 
