@@ -24,12 +24,10 @@ def _message(problem: conf.SettingProblem) -> checks.CheckMessage:
     return level(problem.msg, hint=problem.hint, id=problem.id)
 
 
-@checks.register(TAG)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [_message(problem) for problem in conf.problems()]
 
 
-@checks.register(TAG, TABLE_TAG, deploy=True)
 def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     from .registry import get_lock_client
 
@@ -90,3 +88,9 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 )
             )
     return messages
+
+
+# Registered by calls rather than as decorators: Django ships no type hints, and its
+# decorator would leave the functions untyped.
+checks.register(check_settings, TAG)
+checks.register(check_tables, TAG, TABLE_TAG, deploy=True)

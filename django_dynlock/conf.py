@@ -18,7 +18,6 @@ from typing import Any
 from botocore.config import Config
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.dispatch import receiver
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
@@ -372,7 +371,11 @@ def clear_caches() -> None:
     forget_clients()
 
 
-@receiver(setting_changed, dispatch_uid="django_dynlock.conf.setting_changed")
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting == "DYNLOCK":
         clear_caches()
+
+
+# Connected by a call rather than with @receiver: Django ships no type hints, and its
+# decorator would leave the function untyped.
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_dynlock.conf.setting_changed")

@@ -27,4 +27,4 @@ class Lease(models.Model):
         verbose_name_plural = _("leases")
 
     def __str__(self) -> str:
-        return self.key
+        return str(self.key)

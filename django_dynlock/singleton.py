@@ -25,12 +25,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
 
 from .engine.lease import Lease
 from .exceptions import DynLockError, LockNotAcquired
 from .management import formatting as fmt
 from .management.base import lock_client, translated_errors, usage_error
+
+# Django ships no type hints: gettext is typed here, so that what it returns is a str.
+_: Callable[[str], str] = gettext
 
 logger = logging.getLogger("django_dynlock.singleton")
 

@@ -8,13 +8,14 @@ page read shows whether it landed; only then does it go to the admin log.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 from django.utils.text import Truncator
-from django.utils.translation import gettext as _
+from django.utils.translation import gettext
 
 from .. import admin_ids, conf
 from ..engine.client import LockClient
@@ -24,6 +25,9 @@ from ..exceptions import BreakUnconfirmed, DynLockError
 from ..management import formatting as fmt
 from ..models import Lease
 from ..registry import get_lock_client
+
+# Django ships no type hints: gettext is typed here, so that what it returns is a str.
+_: Callable[[str], str] = gettext
 
 #: Longest reason accepted (it is stored in the item, the admin log and the signal).
 MAX_REASON = 500

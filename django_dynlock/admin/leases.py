@@ -27,7 +27,7 @@ from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
@@ -98,7 +98,7 @@ class LeaseAdmin(admin.ModelAdmin):
             raise PermissionDenied
 
     # -- URLs ------------------------------------------------------------------------
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
         return [

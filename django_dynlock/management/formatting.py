@@ -8,14 +8,17 @@ replies (to within about a second), compared with our own estimate of it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
 
-from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext, gettext_lazy
 
 from ..engine.client import LockClient
 from ..engine.items import USER_KEY, LeaseInfo
 from ..engine.text import printable
+
+# Django ships no type hints: gettext is typed here, so that what it returns is a str.
+_: Callable[[str], str] = gettext
 
 # How far two clients' estimates of DynamoDB's clock may disagree (seconds): the Date
 # header they learn it from has a resolution of one second.
