@@ -5,13 +5,14 @@
 #   make java        a Java runtime for DynamoDB Local (Debian's openjdk-17-jre-headless, as root)
 #   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
 #   make postgresql  Debian's PostgreSQL for tests/test_postgresql.py (apt-get, as root)
+#   make gettext     Debian's gettext for the makemessages test (apt-get, as root)
 #   make test        full test suite on pytest-xdist workers (the solo tests after, alone), then the
 #                    newest-Django pass (test-latest)
 #   make lint        ruff (format check and lint) over the repository, mypy over the package
 #   make test-latest the Django-facing tests (-m "not slow") on Django 6.1 and the newest Python
 #                    3.13 or 3.12 found (PATH, then pyenv), on DynamoDB Local
 #   make test-django the same on another Django and Python: make test-django DJANGO=6.0 PY=3.12
-#   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin)
+#   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin), in its own .venv-demo
 #   make clean       remove venvs, node_modules and .demo
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k acquire"; workers: make test TEST_WORKERS=2
@@ -30,16 +31,17 @@ VENV := .venv
 # more workers than the 2 cores it was measured on (docs/testing.md); each has its own servers.
 TEST_WORKERS ?= 4
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
-PY_DEPS := pyproject.toml
+PY_DEPS := setup.cfg pyproject.toml
 DYNALITE := node_modules/.bin/dynalite
 CHROMIUM := /usr/bin/chromium
 # The newest-Django pass runs what touches Django; the engine, the servers and the fault
 # proxy do not depend on the Django version and run once, in the main pass.
 DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_decorator.py tests/test_decorator_errors.py \
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
-	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py
+	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py \
+	tests/test_i18n.py tests/test_display.py
 
-.PHONY: venv node java browser postgresql lint test test-latest test-django test-endpoint run clean
+.PHONY: venv node java browser postgresql gettext lint test test-latest test-django test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -96,6 +98,11 @@ browser:
 postgresql:
 	$(call apt_install,ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1,postgresql,tests/test_postgresql.py,its test is skipped)
 
+# tests/test_i18n.py checks that makemessages finds exactly the catalogue's messages:
+# it needs GNU gettext's xgettext.
+gettext:
+	$(call apt_install,command -v xgettext >/dev/null,gettext,tests/test_i18n.py's makemessages test,that test is skipped)
+
 # Settings in pyproject.toml ([tool.ruff], [tool.mypy]). `ruff format .` fixes the format.
 lint: venv
 	$(VENV)/bin/ruff format --check .
@@ -104,7 +111,7 @@ lint: venv
 
 # The tests that assert a rate or a throughput (marked solo) run after the parallel pass,
 # one at a time. Exit status 5 (no test selected, e.g. by -k) is not a failure there.
-test: venv node java browser postgresql
+test: venv node java browser postgresql gettext
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not solo" $(PYTEST_ARGS)
 	$(VENV)/bin/python -m pytest -m solo $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(MAKE) --no-print-directory test-latest
@@ -145,9 +152,17 @@ test-endpoint: venv
 
 # The demo's local DynamoDB: moto (pure Python) or local (AWS's DynamoDB Local: make run DYNAMODB=local)
 DYNAMODB ?= moto
+# The demo gets a venv of its own with the package and its `demo` extra (moto's server),
+# not the development toolchain: see "The demo" in README.md for what that saves.
+VENV_DEMO := .venv-demo
 
-run: venv $(if $(filter local,$(DYNAMODB)),node java)
-	$(VENV)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
+$(VENV_DEMO)/.installed: $(PY_DEPS) | $(UV)
+	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV_DEMO)
+	VIRTUAL_ENV=$(VENV_DEMO) $(UV) pip install --quiet -e '.[demo]'
+	touch $@
+
+run: $(VENV_DEMO)/.installed $(if $(filter local,$(DYNAMODB)),node java)
+	$(VENV_DEMO)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
 
 clean:
-	rm -rf $(VENV) .venv-django* $(UV_HOME) node_modules .demo
+	rm -rf $(VENV) .venv-django* $(VENV_DEMO) $(UV_HOME) node_modules .demo

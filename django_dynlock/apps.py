@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class DynLockConfig(AppConfig):
     name = "django_dynlock"
-    verbose_name = "DynamoDB locks"
+    verbose_name = _("DynamoDB locks")
     default_auto_field = "django.db.models.AutoField"
 
     def ready(self) -> None:

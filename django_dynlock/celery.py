@@ -314,6 +314,7 @@ def _take_anew(task: QueueOnce, client: Any, handover: Handover, once: _Once, wh
     Take the key afresh if it is free (a new token); if it is not (another enqueue or
     another copy of this message holds it), run unlocked and say so: the message is
     queued, and queuing once is about what is queued, not what runs."""
+    lease: Lease | None
     try:
         lease = client.try_acquire(handover.key, lease=once.lease, holder=task_holder(task))
     except DynLockError:
@@ -369,7 +370,6 @@ def _forget(task_id: str | None) -> tuple[Handover, str] | None:
         return _received.pop(task_id, None)
 
 
-@signals.task_received.connect(weak=False)
 def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
     if request is None or not isinstance(getattr(request, "task", None), QueueOnce):
         return
@@ -381,7 +381,6 @@ def _on_received(sender: Any = None, request: Any = None, **_: Any) -> None:
                 _received.popitem(last=False)
 
 
-@signals.task_revoked.connect(weak=False)
 def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
     if not isinstance(sender, QueueOnce):
         return
@@ -391,7 +390,6 @@ def _on_revoked(sender: Any = None, request: Any = None, **_: Any) -> None:
         _release_quietly(*ticket, why="revoked")
 
 
-@signals.task_failure.connect(weak=False)
 def _on_failure(
     sender: Any = None, task_id: str | None = None, exception: BaseException | None = None, **_: Any
 ) -> None:
@@ -404,6 +402,13 @@ def _on_failure(
         _release_quietly(*ticket, why=type(exception).__name__)
 
 
-@signals.task_postrun.connect(weak=False)
 def _on_postrun(sender: Any = None, task_id: str | None = None, **_: Any) -> None:
     _forget(task_id)  # in a solo or threads pool the main process ran it: done with it
+
+
+# Connected by calls rather than as decorators: Celery's connect is untyped, and a
+# decorator from it would leave these functions untyped too.
+signals.task_received.connect(_on_received, weak=False)
+signals.task_revoked.connect(_on_revoked, weak=False)
+signals.task_failure.connect(_on_failure, weak=False)
+signals.task_postrun.connect(_on_postrun, weak=False)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core import checks
+from django.utils.translation import gettext as _
 
 from . import conf
 from .exceptions import DynLockError, TableNotFound
@@ -23,12 +24,10 @@ def _message(problem: conf.SettingProblem) -> checks.CheckMessage:
     return level(problem.msg, hint=problem.hint, id=problem.id)
 
 
-@checks.register(TAG)
 def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     return [_message(problem) for problem in conf.problems()]
 
 
-@checks.register(TAG, TABLE_TAG, deploy=True)
 def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     from .registry import get_lock_client
 
@@ -42,14 +41,18 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
             status = client.describe_table()
         except TableNotFound as exc:
             messages.append(
-                checks.Error(str(exc), hint=f"Run: python manage.py createlocktable --alias {alias}", id="dynlock.E101")
+                checks.Error(
+                    str(exc),
+                    hint=_("Run: %(command)s") % {"command": f"python manage.py createlocktable --alias {alias}"},
+                    id="dynlock.E101",
+                )
             )
             continue
         except DynLockError as exc:
             messages.append(
                 checks.Error(
-                    f"DYNLOCK[{alias!r}]: cannot check the lock table: {exc}",
-                    hint="Check ENDPOINT_URL, REGION_NAME, credentials and IAM permissions.",
+                    _("DYNLOCK[%(alias)r]: cannot check the lock table: %(error)s") % {"alias": alias, "error": exc},
+                    hint=_("Check ENDPOINT_URL, REGION_NAME, credentials and IAM permissions."),
                     id="dynlock.E102",
                 )
             )
@@ -57,19 +60,37 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
         if status.key_problem:
             messages.append(
                 checks.Error(
-                    f"DYNLOCK[{alias!r}]: table {status.name!r} has the wrong key schema: {status.key_problem}.",
-                    hint="Point TABLE_NAME at a new table and run createlocktable, or set KEY_ATTRIBUTE.",
+                    _("DYNLOCK[%(alias)r]: table %(table)r has the wrong key schema: %(problem)s.")
+                    % {"alias": alias, "table": status.name, "problem": status.key_problem},
+                    hint=_("Point TABLE_NAME at a new table and run createlocktable, or set KEY_ATTRIBUTE."),
                     id="dynlock.E103",
                 )
             )
         if status.ttl_status not in ("ENABLED", "ENABLING") or status.ttl_attribute != client.options.ttl_attribute:
             messages.append(
                 checks.Warning(
-                    f"DYNLOCK[{alias!r}]: TTL on table {status.name!r} is {status.ttl_status} on {status.ttl_attribute!r}, "
-                    f"not enabled on {client.options.ttl_attribute!r}: idle lock items will pile up.",
-                    hint="Run: python manage.py createlocktable (it enables TTL on an existing table). "
-                    "Local servers without TTL support (dynalite) always show this warning.",
+                    _(
+                        "DYNLOCK[%(alias)r]: TTL on table %(table)r is %(status)s on %(attribute)r, "
+                        "not enabled on %(expected)r: idle lock items will pile up."
+                    )
+                    % {
+                        "alias": alias,
+                        "table": status.name,
+                        "status": status.ttl_status,
+                        "attribute": status.ttl_attribute,
+                        "expected": client.options.ttl_attribute,
+                    },
+                    hint=_(
+                        "Run: python manage.py createlocktable (it enables TTL on an existing table). "
+                        "Local servers without TTL support (dynalite) always show this warning."
+                    ),
                     id="dynlock.W101",
                 )
             )
     return messages
+
+
+# Registered by calls rather than as decorators: Django ships no type hints, and its
+# decorator would leave the functions untyped.
+checks.register(check_settings, TAG)
+checks.register(check_tables, TAG, TABLE_TAG, deploy=True)

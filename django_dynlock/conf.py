@@ -18,7 +18,8 @@ from typing import Any
 from botocore.config import Config
 from django.conf import settings
 from django.core.signals import setting_changed
-from django.dispatch import receiver
+from django.utils.text import format_lazy
+from django.utils.translation import gettext_lazy as _
 
 from .engine import options as rules
 from .engine.keys import MAX_KEY_BYTES
@@ -52,13 +53,23 @@ def _where(alias: str, name: str | None = None) -> str:
     return f"DYNLOCK[{alias!r}][{name!r}]" if name else f"DYNLOCK[{alias!r}]"
 
 
+def _problem(id: str, msg: Any, hint: Any = None, **values: Any) -> SettingProblem:
+    """A problem whose message and hint (``gettext_lazy`` templates for ``str.format``) stay
+    lazy: ``problems()`` is cached, and each check is read in the language active when it
+    is shown. Code (setting names, examples) goes in as values, never into the templates."""
+    return SettingProblem(id, format_lazy(msg, **values), None if hint is None else format_lazy(hint, **values))
+
+
 def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
     if not isinstance(raw, dict):
         return [
-            SettingProblem(
+            _problem(
                 "dynlock.E003",
-                f"{_where(alias)} must be a dict of settings, got {type(raw).__name__}.",
-                f'Write DYNLOCK = {{"{alias}": {{"TABLE_NAME": "django_dynlock"}}}}.',
+                _("{where} must be a dict of settings, got {type}."),
+                _("Write {example}."),
+                where=_where(alias),
+                type=type(raw).__name__,
+                example=f'DYNLOCK = {{"{alias}": {{"TABLE_NAME": "django_dynlock"}}}}',
             )
         ]
     found: list[SettingProblem] = []
@@ -66,10 +77,13 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
         if name not in DEFAULTS:
             close = difflib.get_close_matches(str(name), DEFAULTS, n=1)
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E004",
-                    f"{_where(alias, name)} is not a django-dynlock setting.",
-                    f"Did you mean {close[0]!r}?" if close else f"Known settings: {', '.join(DEFAULTS)}.",
+                    _("{where} is not a django-dynlock setting."),
+                    _("Did you mean {close!r}?") if close else _("Known settings: {known}."),
+                    where=_where(alias, name),
+                    close=close[0] if close else None,
+                    known=", ".join(DEFAULTS),
                 )
             )
     values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
@@ -82,39 +96,56 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
             # checks are printed by every manage.py command.
             got = type(value).__name__ if setting.secret else repr(value)
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E005",
-                    f"{_where(alias, name)} must be {setting.must_be}, got {got}.",
-                    f"Default: {setting.default!r}.",
+                    _("{where} must be {must_be}, got {got}."),
+                    _("Default: {default!r}."),
+                    where=_where(alias, name),
+                    must_be=setting.must_be,
+                    got=got,
+                    default=setting.default,
                 )
             )
     for setting in SETTINGS:
         name, value = setting.name, values[setting.name]
         if typed_ok[name] and value is not None and not setting.in_range(value):
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E006",
-                    f"{_where(alias, name)} must be a finite number {setting.bounds}, got {value!r}.",
-                    f"Default: {setting.default!r}.",
+                    _("{where} must be a finite number {bounds}, got {value!r}."),
+                    _("Default: {default!r}."),
+                    where=_where(alias, name),
+                    bounds=setting.bounds,
+                    value=value,
+                    default=setting.default,
                 )
             )
     numbers_ok = not any(p.id in ("dynlock.E005", "dynlock.E006") for p in found)
     lease, period = values["LEASE_DURATION"], values["HEARTBEAT_PERIOD"]
     if numbers_ok and rules.heartbeat_too_slow(lease, period):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E007",
-                f"{_where(alias, 'HEARTBEAT_PERIOD')} ({period}s) must be at most a third of LEASE_DURATION ({lease}s).",
-                f"Use HEARTBEAT_PERIOD <= {lease / 3:g}, or a longer LEASE_DURATION: a lease must survive "
-                "a failed heartbeat or two.",
+                _("{where} ({period}s) must be at most a third of LEASE_DURATION ({lease}s)."),
+                _(
+                    "Use HEARTBEAT_PERIOD <= {third:g}, or a longer LEASE_DURATION: a lease must survive "
+                    "a failed heartbeat or two."
+                ),
+                where=_where(alias, "HEARTBEAT_PERIOD"),
+                period=period,
+                lease=lease,
+                third=lease / 3,
             )
         )
     if typed_ok["TABLE_NAME"] and not rules.valid_table_name(values["TABLE_NAME"]):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E008",
-                f"{_where(alias, 'TABLE_NAME')} {values['TABLE_NAME']!r} is not a valid DynamoDB table name.",
-                "Use 3-255 characters from A-Z a-z 0-9 _ . -",
+                _("{where} {value!r} is not a valid DynamoDB table name."),
+                _("Use 3-255 characters from {characters}"),
+                where=_where(alias, "TABLE_NAME"),
+                value=values["TABLE_NAME"],
+                characters="A-Z a-z 0-9 _ . -",
             )
         )
     config: Config | None = None
@@ -123,10 +154,13 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
             config = merge_client_config(values["CLIENT_CONFIG"])
         except (TypeError, ValueError) as exc:
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E009",
-                    f"{_where(alias, 'CLIENT_CONFIG')} is not valid for botocore.config.Config: {exc}.",
-                    "See botocore's Config reference: e.g. {'read_timeout': 2, 'retries': {'total_max_attempts': 2}}.",
+                    _("{where} is not valid for botocore.config.Config: {error}."),
+                    _("See botocore's Config reference: e.g. {example}."),
+                    where=_where(alias, "CLIENT_CONFIG"),
+                    error=exc,
+                    example="{'read_timeout': 2, 'retries': {'total_max_attempts': 2}}",
                 )
             )
     if typed_ok["SESSION_OPTIONS"]:
@@ -134,97 +168,131 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
         half_pair = rules.half_key_pair(values["SESSION_OPTIONS"])
         if unknown:
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E010",
-                    f"{_where(alias, 'SESSION_OPTIONS')} has unknown boto3 Session arguments: {', '.join(sorted(map(str, unknown)))}.",
-                    f"Known: {', '.join(sorted(rules.session_arguments()))}.",
+                    _("{where} has unknown boto3 Session arguments: {unknown}."),
+                    _("Known: {known}."),
+                    where=_where(alias, "SESSION_OPTIONS"),
+                    unknown=", ".join(sorted(map(str, unknown))),
+                    known=", ".join(sorted(rules.session_arguments())),
                 )
             )
         elif half_pair:
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E010",
-                    f"{_where(alias, 'SESSION_OPTIONS')} has {half_pair[0]} without its other half.",
-                    "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role).",
+                    _("{where} has {half} without its other half."),
+                    _(
+                        "Give both aws_access_key_id and aws_secret_access_key, or neither (profile, environment, role)."
+                    ),
+                    where=_where(alias, "SESSION_OPTIONS"),
+                    half=half_pair[0],
                 )
             )
     url = values["ENDPOINT_URL"]
     if typed_ok["ENDPOINT_URL"] and url is not None and not rules.valid_endpoint(url):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E011",
-                f"{_where(alias, 'ENDPOINT_URL')} must be an http(s) URL with a host, got a value of length {len(url)}.",
-                "e.g. 'http://127.0.0.1:8001' for a local server, or None for AWS.",
+                _("{where} must be an http(s) URL with a host, got a value of length {length}."),
+                _("e.g. {example!r} for a local server, or None for AWS."),
+                where=_where(alias, "ENDPOINT_URL"),
+                length=len(url),
+                example="http://127.0.0.1:8001",
             )
         )
     if typed_ok["KEY_PREFIX"] and rules.prefix_leaves_no_room(values["KEY_PREFIX"]):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E012",
-                f"{_where(alias, 'KEY_PREFIX')} is {len(values['KEY_PREFIX'].encode())} bytes: no room left for keys.",
-                f"DynamoDB partition keys are at most {MAX_KEY_BYTES} bytes; use a short prefix.",
+                _("{where} is {size} bytes: no room left for keys."),
+                _("DynamoDB partition keys are at most {limit} bytes; use a short prefix."),
+                where=_where(alias, "KEY_PREFIX"),
+                size=len(values["KEY_PREFIX"].encode()),
+                limit=MAX_KEY_BYTES,
             )
         )
     if numbers_ok and rules.retry_delays_crossed(values["MIN_RETRY_DELAY"], values["MAX_RETRY_DELAY"]):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E013",
-                f"{_where(alias, 'MIN_RETRY_DELAY')} is greater than MAX_RETRY_DELAY.",
-                "The retry delay grows from MIN_RETRY_DELAY up to MAX_RETRY_DELAY.",
+                _("{where} is greater than MAX_RETRY_DELAY."),
+                _("The retry delay grows from MIN_RETRY_DELAY up to MAX_RETRY_DELAY."),
+                where=_where(alias, "MIN_RETRY_DELAY"),
             )
         )
     for name in ("KEY_ATTRIBUTE", "TTL_ATTRIBUTE"):
         value = values[name]
         if typed_ok[name] and rules.unusable_attribute(value):
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.E014",
-                    f"{_where(alias, name)} {value!r} is empty or clashes with an attribute the lock item uses.",
-                    f"Reserved: {', '.join(sorted(rules.ITEM_ATTRIBUTES))}.",
+                    _("{where} {value!r} is empty or clashes with an attribute the lock item uses."),
+                    _("Reserved: {reserved}."),
+                    where=_where(alias, name),
+                    value=value,
+                    reserved=", ".join(sorted(rules.ITEM_ATTRIBUTES)),
                 )
             )
     region = values["REGION_NAME"]
     if typed_ok["REGION_NAME"] and region is not None and not rules.valid_region(region):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E015",
-                f"{_where(alias, 'REGION_NAME')} {region!r} is not an AWS region name.",
-                "Use one such as 'eu-west-1', or None for the AWS environment's region.",
+                _("{where} {value!r} is not an AWS region name."),
+                _("Use one such as {example!r}, or None for the AWS environment's region."),
+                where=_where(alias, "REGION_NAME"),
+                value=region,
+                example="eu-west-1",
             )
         )
     if rules.region_left_to_hosts(region, values["ENDPOINT_URL"]):
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.W003",
-                f"{_where(alias, 'REGION_NAME')} is not set: against AWS each host takes the region from its "
-                "own environment (AWS_REGION, AWS_DEFAULT_REGION, its profile). Two hosts that resolve "
-                "different regions lock in different tables and never exclude each other.",
-                "Set REGION_NAME, e.g. 'eu-west-1'.",
+                _(
+                    "{where} is not set: against AWS each host takes the region from its "
+                    "own environment (AWS_REGION, AWS_DEFAULT_REGION, its profile). Two hosts that resolve "
+                    "different regions lock in different tables and never exclude each other."
+                ),
+                _("Set REGION_NAME, e.g. {example!r}."),
+                where=_where(alias, "REGION_NAME"),
+                example="eu-west-1",
             )
         )
     if typed_ok["KEY_ATTRIBUTE"] and typed_ok["TTL_ATTRIBUTE"] and values["KEY_ATTRIBUTE"] == values["TTL_ATTRIBUTE"]:
         found.append(
-            SettingProblem("dynlock.E014", f"{_where(alias)} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ.", None)
+            _problem("dynlock.E014", _("{where} KEY_ATTRIBUTE and TTL_ATTRIBUTE must differ."), where=_where(alias))
         )
     if numbers_ok and config is not None:
         budget = call_budget(config)
         if budget > lease / 2:
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.W001",
-                    f"{_where(alias, 'CLIENT_CONFIG')}: one DynamoDB call can take up to {budget:g}s (attempts x "
-                    f"(connect + read timeout)), more than half of LEASE_DURATION ({lease}s).",
-                    "A slow heartbeat could outlast the lease: lower connect_timeout, read_timeout or "
-                    "retries.total_max_attempts, or lengthen LEASE_DURATION.",
+                    _(
+                        "{where}: one DynamoDB call can take up to {budget:g}s (attempts x "
+                        "(connect + read timeout)), more than half of LEASE_DURATION ({lease}s)."
+                    ),
+                    _(
+                        "A slow heartbeat could outlast the lease: lower connect_timeout, read_timeout or "
+                        "retries.total_max_attempts, or lengthen LEASE_DURATION."
+                    ),
+                    where=_where(alias, "CLIENT_CONFIG"),
+                    budget=budget,
+                    lease=lease,
                 )
             )
         if values["MAX_CLOCK_SKEW"] is not None:
             found.append(
-                SettingProblem(
+                _problem(
                     "dynlock.W002",
-                    f"{_where(alias, 'MAX_CLOCK_SKEW')} is set, but no longer used: every acquire now takes "
-                    "over an expired lease by DynamoDB's own clock, which no host's clock can move.",
-                    "Remove MAX_CLOCK_SKEW from the alias.",
+                    _(
+                        "{where} is set, but no longer used: every acquire now takes "
+                        "over an expired lease by DynamoDB's own clock, which no host's clock can move."
+                    ),
+                    _("Remove MAX_CLOCK_SKEW from the alias."),
+                    where=_where(alias, "MAX_CLOCK_SKEW"),
                 )
             )
     return found
@@ -240,19 +308,22 @@ def problems() -> tuple[SettingProblem, ...]:
     raw = _raw_setting()
     if not isinstance(raw, dict):
         return (
-            SettingProblem(
+            _problem(
                 "dynlock.E001",
-                f"DYNLOCK must be a dict of aliases like CACHES, got {type(raw).__name__}.",
-                'Write DYNLOCK = {"default": {"TABLE_NAME": "django_dynlock"}}.',
+                _("DYNLOCK must be a dict of aliases like CACHES, got {type}."),
+                _("Write {example}."),
+                type=type(raw).__name__,
+                example='DYNLOCK = {"default": {"TABLE_NAME": "django_dynlock"}}',
             ),
         )
     found: list[SettingProblem] = []
     if DEFAULT_ALIAS not in raw:
         found.append(
-            SettingProblem(
+            _problem(
                 "dynlock.E002",
-                "DYNLOCK has no 'default' alias.",
-                f"Add DYNLOCK['default'] (aliases present: {', '.join(map(repr, raw)) or 'none'}).",
+                _("DYNLOCK has no 'default' alias."),
+                _("Add DYNLOCK['default'] (aliases present: {present})."),
+                present=", ".join(map(repr, raw)) or _("none"),
             )
         )
     for alias, conf in raw.items():
@@ -272,7 +343,11 @@ def get_options(alias: str = DEFAULT_ALIAS) -> ClientOptions:
     if not isinstance(raw, dict):
         raise ConfigurationError(problems()[0].msg)
     if alias not in raw:
-        raise ConfigurationError(f"DYNLOCK has no alias {alias!r}; configured: {', '.join(map(repr, raw)) or 'none'}")
+        raise ConfigurationError(
+            str(_("DYNLOCK has no alias {alias!r}; configured: {configured}")).format(
+                alias=alias, configured=", ".join(map(repr, raw)) or _("none")
+            )
+        )
     errors = [p for p in _alias_problems(alias, raw[alias]) if p.is_error]
     if errors:
         raise ConfigurationError("; ".join(f"{p.msg} {p.hint or ''} ({p.id})".replace("  ", " ") for p in errors))
@@ -296,7 +371,11 @@ def clear_caches() -> None:
     forget_clients()
 
 
-@receiver(setting_changed, dispatch_uid="django_dynlock.conf.setting_changed")
 def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
     if setting == "DYNLOCK":
         clear_caches()
+
+
+# Connected by a call rather than with @receiver: Django ships no type hints, and its
+# decorator would leave the function untyped.
+setting_changed.connect(_on_setting_changed, dispatch_uid="django_dynlock.conf.setting_changed")

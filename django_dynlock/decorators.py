@@ -183,7 +183,7 @@ def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspe
     return signature
 
 
-def _namespace(signature: inspect.Signature | None, args: tuple, kwargs: dict) -> dict[str, Any]:
+def _namespace(signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
     if signature is None:
         return dict(kwargs)
     bound = signature.bind_partial(*args, **kwargs)
@@ -199,7 +199,11 @@ def _namespace(signature: inspect.Signature | None, args: tuple, kwargs: dict) -
 
 
 def _resolve(
-    keys: Sequence[KeySpec], signature: inspect.Signature | None, args: tuple, kwargs: dict, quote: bool = False
+    keys: Sequence[KeySpec],
+    signature: inspect.Signature | None,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    quote: bool = False,
 ) -> list[str]:
     namespace: dict[str, Any] | None = None
     resolved: list[str] = []
@@ -231,7 +235,7 @@ def _resolve(
     return resolved
 
 
-def _find_request(args: tuple) -> HttpRequest | None:
+def _find_request(args: tuple[Any, ...]) -> HttpRequest | None:
     # A function view gets the request first; a method decorated directly, second.
     for arg in args[:2]:
         if isinstance(arg, HttpRequest):
@@ -582,8 +586,8 @@ class dynamo_lock:
 
 # A `with` block's state lives in a context variable, not on the dynamo_lock object,
 # so one object shared by threads or tasks stays correct.
-_entered: contextvars.ContextVar[tuple[tuple[int, _Held, bool, contextvars.Token], ...]] = contextvars.ContextVar(
-    "dynlock_entered", default=()
+_entered: contextvars.ContextVar[tuple[tuple[int, _Held, bool, contextvars.Token[tuple[_Held, ...]]], ...]] = (
+    contextvars.ContextVar("dynlock_entered", default=())
 )
 
 
@@ -592,7 +596,7 @@ def _push_context(lock: dynamo_lock, entry: _Held, entered: bool) -> None:
     _entered.set(_entered.get() + ((id(lock), entry, entered, token),))
 
 
-def _pop_context(lock: dynamo_lock) -> tuple[_Held, bool, contextvars.Token]:
+def _pop_context(lock: dynamo_lock) -> tuple[_Held, bool, contextvars.Token[tuple[_Held, ...]]]:
     stack = _entered.get()
     for index in range(len(stack) - 1, -1, -1):
         if stack[index][0] == id(lock):
@@ -609,7 +613,7 @@ async def _acquire_in_thread(acquire: Callable[[], Handle]) -> Handle:
         return await asyncio.shield(future)
     except asyncio.CancelledError:
 
-        def release_late(done: asyncio.Future) -> None:
+        def release_late(done: asyncio.Future[Handle]) -> None:
             if not done.cancelled() and done.exception() is None:
                 try:
                     done.result().release()

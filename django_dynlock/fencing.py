@@ -47,7 +47,8 @@ def fenced_update(queryset: models.QuerySet, token: Token, *, field: str = "fenc
     True if at least one row was updated; False means a newer holder has written.
     """
     value = _token(token)
-    return queryset.filter(**{f"{field}__lte": value}).update(**{field: value}, **updates) > 0
+    updated: int = queryset.filter(**{f"{field}__lte": value}).update(**{field: value}, **updates)
+    return updated > 0
 
 
 class FencedQuerySet(models.QuerySet):

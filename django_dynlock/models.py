@@ -8,22 +8,23 @@ to users and groups like any other.
 from __future__ import annotations
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class Lease(models.Model):
     """One lock key in the lock table (read from DynamoDB by the admin, never from SQL)."""
 
-    key = models.CharField("key", max_length=2048, primary_key=True)
+    key = models.CharField(_("key"), max_length=2048, primary_key=True)
 
     class Meta:
         managed = False
         default_permissions = ()
         permissions = [
-            ("view_lease", "Can view leases"),
-            ("break_lease", "Can break leases"),
+            ("view_lease", _("Can view leases")),
+            ("break_lease", _("Can break leases")),
         ]
-        verbose_name = "lease"
-        verbose_name_plural = "leases"
+        verbose_name = _("lease")
+        verbose_name_plural = _("leases")
 
     def __str__(self) -> str:
-        return self.key
+        return str(self.key)

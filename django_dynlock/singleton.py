@@ -25,11 +25,15 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django.core.management.base import BaseCommand, CommandError
+from django.utils.translation import gettext
 
 from .engine.lease import Lease
 from .exceptions import DynLockError, LockNotAcquired
 from .management import formatting as fmt
 from .management.base import lock_client, translated_errors, usage_error
+
+# Django ships no type hints: gettext is typed here, so that what it returns is a str.
+_: Callable[[str], str] = gettext
 
 logger = logging.getLogger("django_dynlock.singleton")
 
@@ -38,10 +42,12 @@ Handle = Callable[..., Any]
 
 
 def busy_message(busy: LockNotAcquired, now: dt.datetime) -> str:
-    message = f"Skipped: lock {busy.key!r} is busy"
     if busy.holder is not None:
-        message += f" ({fmt.summary(busy.holder, now)})"
-    return message + "."
+        return _("Skipped: lock %(key)r is busy (%(holder)s).") % {
+            "key": busy.key,
+            "holder": fmt.summary(busy.holder, now),
+        }
+    return _("Skipped: lock %(key)r is busy.") % {"key": busy.key}
 
 
 def run_singleton(
@@ -64,7 +70,7 @@ def run_singleton(
     otherwise ``CommandError(message, returncode=busy_exit)``.
     """
     if not 0 <= busy_exit <= 255:
-        usage_error(f"busy exit code must be 0-255, got {busy_exit}")
+        usage_error(_("busy exit code must be 0-255, got %(code)s") % {"code": busy_exit})
     client = lock_client(using)
     with translated_errors():
         try:
@@ -110,7 +116,8 @@ def _finish(held: Lease, command: BaseCommand, at_least: float, started: float) 
         # lock ended early: the body may have overlapped another holder.
         logger.warning("singleton lease ended before the run finished: %s", exc)
         command.stderr.write(
-            f"Warning: the lock ended before the run finished: {exc}", style_func=command.style.WARNING
+            _("Warning: the lock ended before the run finished: %(error)s") % {"error": exc},
+            style_func=command.style.WARNING,
         )
 
 

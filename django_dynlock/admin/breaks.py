@@ -8,12 +8,14 @@ page read shows whether it landed; only then does it go to the admin log.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 from django.contrib import messages
 from django.contrib.admin.models import CHANGE, LogEntry
 from django.contrib.contenttypes.models import ContentType
 from django.http import HttpRequest
 from django.utils.text import Truncator
+from django.utils.translation import gettext
 
 from .. import admin_ids, conf
 from ..engine.client import LockClient
@@ -23,6 +25,9 @@ from ..exceptions import BreakUnconfirmed, DynLockError
 from ..management import formatting as fmt
 from ..models import Lease
 from ..registry import get_lock_client
+
+# Django ships no type hints: gettext is typed here, so that what it returns is a str.
+_: Callable[[str], str] = gettext
 
 #: Longest reason accepted (it is stored in the item, the admin log and the signal).
 MAX_REASON = 500
@@ -64,19 +69,22 @@ def audit(request: HttpRequest, alias: str, key: str, token: int, what: str, rea
 
 
 def unconfirmed_message(key: str, token: int) -> str:
-    return (
-        f"The lease on {key!r} (token {token}) may have been broken: DynamoDB's replies were lost. "
+    return _(
+        "The lease on %(key)r (token %(token)s) may have been broken: DynamoDB's replies were lost. "
         "Reload the page to see; the break goes to the admin log once it is confirmed."
-    )
+    ) % {"key": key, "token": token}
 
 
 def not_broken_message(key: str, token: int | None, info: LeaseInfo | None, now: dt.datetime) -> str:
     if info is None:
-        return f"Not broken: the lease on {key!r} (token {token}) is not held any more."
-    return (
-        f"Not broken: the lease on {key!r} now has token {info.token} (held by {fmt.holder_text(info)}), "
-        f"not {token}. Look again and confirm if you still want to break it."
-    )
+        return _("Not broken: the lease on %(key)r (token %(token)s) is not held any more.") % {
+            "key": key,
+            "token": token,
+        }
+    return _(
+        "Not broken: the lease on %(key)r now has token %(now)s (held by %(holder)s), "
+        "not %(token)s. Look again and confirm if you still want to break it."
+    ) % {"key": key, "now": info.token, "holder": fmt.holder_text(info), "token": token}
 
 
 def confirm_breaks(request: HttpRequest) -> None:
@@ -99,12 +107,18 @@ def confirm_breaks(request: HttpRequest) -> None:
             continue
         if landed:
             audit(request, alias, key, token, f"Broke the lease on {key!r}", reason)
-            messages.success(request, f"Confirmed: the lease on {key!r} (token {token}) was broken.")
+            messages.success(
+                request,
+                _("Confirmed: the lease on %(key)r (token %(token)s) was broken.") % {"key": key, "token": token},
+            )
         elif landed is False:
             messages.info(
                 request,
-                f"The lease on {key!r} (token {token}) was not broken: it is still held. "
-                "Break it again if you still want to.",
+                _(
+                    "The lease on %(key)r (token %(token)s) was not broken: it is still held. "
+                    "Break it again if you still want to."
+                )
+                % {"key": key, "token": token},
             )
         else:
             audit(
@@ -117,9 +131,12 @@ def confirm_breaks(request: HttpRequest) -> None:
             )
             messages.warning(
                 request,
-                f"The lease on {key!r} (token {token}) has ended, but whether your break "
-                "ended it cannot be told: it changed hands since. Recorded in the admin log "
-                "as a possible break.",
+                _(
+                    "The lease on %(key)r (token %(token)s) has ended, but whether your break "
+                    "ended it cannot be told: it changed hands since. Recorded in the admin log "
+                    "as a possible break."
+                )
+                % {"key": key, "token": token},
             )
     request.session[UNCONFIRMED] = kept
 
@@ -128,9 +145,9 @@ def posted_reason(request: HttpRequest) -> tuple[str, str | None]:
     """The form's reason, whitespace collapsed, and what is wrong with it (or None)."""
     reason = " ".join(request.POST.get("reason", "").split())
     if not reason:
-        return reason, "Give a reason: it is recorded with the lease, in the admin log and sent with lock_broken."
+        return reason, _("Give a reason: it is recorded with the lease, in the admin log and sent with lock_broken.")
     if len(reason) > MAX_REASON:
-        return reason, f"The reason is too long: at most {MAX_REASON} characters."
+        return reason, _("The reason is too long: at most %(count)s characters.") % {"count": MAX_REASON}
     return reason, None
 
 

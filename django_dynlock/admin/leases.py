@@ -27,7 +27,9 @@ from django.contrib.admin.utils import quote, unquote
 from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
-from django.urls import path, reverse
+from django.urls import URLPattern, path, reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from .. import admin_ids, conf
 from ..engine.client import LockClient
@@ -96,7 +98,7 @@ class LeaseAdmin(admin.ModelAdmin):
             raise PermissionDenied
 
     # -- URLs ------------------------------------------------------------------------
-    def get_urls(self) -> list:
+    def get_urls(self) -> list[URLPattern]:
         prefix = f"{self.opts.app_label}_{self.opts.model_name}"
         wrap = self.admin_site.admin_view
         return [
@@ -131,7 +133,8 @@ class LeaseAdmin(admin.ModelAdmin):
             return conf.DEFAULT_ALIAS if conf.DEFAULT_ALIAS in configured or not configured else configured[0]
         if alias not in configured:
             raise UnknownAlias(
-                f"DYNLOCK has no alias {alias!r}; configured: {', '.join(map(repr, configured)) or 'none'}."
+                _("DYNLOCK has no alias %(alias)r; configured: %(configured)s.")
+                % {"alias": alias, "configured": ", ".join(map(repr, configured)) or _("none")}
             )
         return alias
 
@@ -205,7 +208,7 @@ class LeaseAdmin(admin.ModelAdmin):
             try:
                 start = decode_cursor(cursor, client.options.key_attribute)
             except ValueError:
-                messages.warning(request, "That page link is not valid any more: showing the first page.")
+                messages.warning(request, _("That page link is not valid any more: showing the first page."))
                 start, cursor, page_number = None, "", 1
             # The one DynamoDB call of this page.
             infos, last_key = client.scan_page(
@@ -224,7 +227,7 @@ class LeaseAdmin(admin.ModelAdmin):
         base = {"q": query, "all": "1" if include_all else ""}
         context = self._context(
             request,
-            "Leases",
+            _("Leases"),
             alias,
             rows=rows,
             error=error,
@@ -266,7 +269,7 @@ class LeaseAdmin(admin.ModelAdmin):
             raw = raw_json(info)
         context = self._context(
             request,
-            "Lease",
+            _("Lease"),
             alias,
             key=key,
             row=row,
@@ -300,13 +303,17 @@ class LeaseAdmin(admin.ModelAdmin):
                 posted_token = parse_token(request.POST.get("token"))
                 reason, reason_error = posted_reason(request)
                 if posted_token is None:
-                    form_errors.append("The form has no valid token: reload the lease and try again.")
+                    form_errors.append(_("The form has no valid token: reload the lease and try again."))
                 if reason_error:
                     form_errors.append(reason_error)
                 if posted_token is not None and not form_errors:
                     try:
                         if break_lease(request, client, alias, key, posted_token, reason):
-                            messages.success(request, f"Broke the lease on {key!r} (token {posted_token}).")
+                            messages.success(
+                                request,
+                                _("Broke the lease on %(key)r (token %(token)s).")
+                                % {"key": key, "token": posted_token},
+                            )
                             return HttpResponseRedirect(self._url("changelist", alias=alias))
                     except BreakUnconfirmed:
                         messages.warning(request, unconfirmed_message(key, posted_token))
@@ -327,7 +334,7 @@ class LeaseAdmin(admin.ModelAdmin):
                 status = 503  # nothing was broken: DynamoDB could not be used
         context = self._context(
             request,
-            "Break a lease",
+            _("Break a lease"),
             alias,
             key=key,
             row=self._rows([info], alias, now)[0] if info is not None else None,
@@ -355,17 +362,19 @@ class LeaseAdmin(admin.ModelAdmin):
             return HttpResponseRedirect(self._url("changelist"))
         back = self._url("changelist", alias=alias)
         if request.POST.get("action") != BREAK_ACTION:
-            messages.warning(request, "No action selected.")
+            messages.warning(request, _("No action selected."))
             return HttpResponseRedirect(back)
         now = dt.datetime.now(dt.UTC)
         if request.POST.get("post") == "yes":
             return self._break_selected(request, alias, back, now)
         keys = list(dict.fromkeys(k for k in request.POST.getlist(ACTION_CHECKBOX_NAME) if k))
         if not keys:
-            messages.warning(request, "Select the leases to break: nothing was broken.")
+            messages.warning(request, _("Select the leases to break: nothing was broken."))
             return HttpResponseRedirect(back)
         if len(keys) > MAX_SELECTED:
-            messages.warning(request, f"Select at most {MAX_SELECTED} leases at a time: nothing was broken.")
+            messages.warning(
+                request, _("Select at most %(count)s leases at a time: nothing was broken.") % {"count": MAX_SELECTED}
+            )
             return HttpResponseRedirect(back)
         items: list[tuple[str, Row | None]] = []
         error = None
@@ -390,7 +399,7 @@ class LeaseAdmin(admin.ModelAdmin):
 
     def _render_selected(self, request: HttpRequest, alias: str, status: int = 200, **extra: Any) -> TemplateResponse:
         """The list action's confirmation page (also with the errors of its form)."""
-        context = self._context(request, "Break leases", alias, break_action=BREAK_ACTION, **extra)
+        context = self._context(request, _("Break leases"), alias, break_action=BREAK_ACTION, **extra)
         return self._render(request, "break_selected_confirmation.html", context, status=status)
 
     def _break_selected(self, request: HttpRequest, alias: str, back: str, now: dt.datetime) -> HttpResponse:
@@ -399,7 +408,7 @@ class LeaseAdmin(admin.ModelAdmin):
         reason, reason_error = posted_reason(request)
         form_errors = [reason_error] if reason_error else []
         if len(keys) != len(tokens) or not keys or None in tokens or len(keys) > MAX_SELECTED:
-            form_errors.append("The form must post one token for each key: select the leases again.")
+            form_errors.append(_("The form must post one token for each key: select the leases again."))
         pairs = list(zip(keys, tokens))
         if form_errors:
             return self._render_selected(
@@ -419,8 +428,11 @@ class LeaseAdmin(admin.ModelAdmin):
                     # No extra read to say who has it now: the list shows that.
                     messages.warning(
                         request,
-                        f"Not broken: the lease on {key!r} is no longer held with token {token} "
-                        f"(released or taken over since it was shown).",
+                        _(
+                            "Not broken: the lease on %(key)r is no longer held with token %(token)s "
+                            "(released or taken over since it was shown)."
+                        )
+                        % {"key": key, "token": token},
                     )
         except DynLockError as exc:
             found = failure_notice(exc, alias)
@@ -428,6 +440,8 @@ class LeaseAdmin(admin.ModelAdmin):
         if broken:
             count = len(broken)
             messages.success(
-                request, f"Broke {count} lease{'s' if count != 1 else ''}: {', '.join(map(repr, broken))}."
+                request,
+                ngettext("Broke %(count)d lease: %(keys)s.", "Broke %(count)d leases: %(keys)s.", count)
+                % {"count": count, "keys": ", ".join(map(repr, broken))},
             )
         return HttpResponseRedirect(back)

@@ -47,6 +47,10 @@ class Row:
         return self.info.token
 
     @property
+    def state_label(self) -> str:
+        return str(fmt.STATE_LABELS.get(self.state, self.state))
+
+    @property
     def breakable(self) -> bool:
         return self.info.is_breakable
 

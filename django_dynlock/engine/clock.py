@@ -25,6 +25,7 @@ import logging
 import threading
 import time
 from email.utils import mktime_tz, parsedate_tz
+from typing import Any
 
 logger = logging.getLogger("django_dynlock")
 
@@ -46,7 +47,7 @@ def parse_http_date(value: str | None) -> float | None:
         return None
 
 
-def reply_date(response: dict | None) -> float | None:
+def reply_date(response: dict[str, Any] | None) -> float | None:
     """The ``Date`` of a botocore reply (a parsed response or a ClientError's response)."""
     headers = ((response or {}).get("ResponseMetadata") or {}).get("HTTPHeaders") or {}
     return parse_http_date(headers.get("date"))

@@ -59,7 +59,8 @@ CREDENTIAL_CODES = frozenset(
 
 def error_code(exc: BaseException) -> str | None:
     if isinstance(exc, ClientError):
-        return exc.response.get("Error", {}).get("Code")
+        code: str | None = exc.response.get("Error", {}).get("Code")
+        return code
     return None
 
 

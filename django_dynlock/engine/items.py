@@ -152,7 +152,8 @@ class _Reader:
         return value[wanted]
 
     def string(self, name: str) -> str | None:
-        return self._typed(name, "S")
+        text: str | None = self._typed(name, "S")
+        return text
 
     def decimal(self, name: str) -> Decimal | None:
         text = self._typed(name, "N")

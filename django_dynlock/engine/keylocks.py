@@ -8,6 +8,7 @@ poll DynamoDB, and a release in this process hands over to a local waiter at onc
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 
 class KeyLocks:
@@ -15,13 +16,14 @@ class KeyLocks:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._locks: dict[str, list] = {}  # key -> [threading.Lock, users]
+        self._locks: dict[str, list[Any]] = {}  # key -> [threading.Lock, users]
 
     def enter(self, key: str, timeout: float) -> bool:
         with self._lock:
             entry = self._locks.setdefault(key, [threading.Lock(), 0])
             entry[1] += 1
-        entered = entry[0].acquire(timeout=timeout) if timeout > 0 else entry[0].acquire(blocking=False)
+        lock: threading.Lock = entry[0]
+        entered = lock.acquire(timeout=timeout) if timeout > 0 else lock.acquire(blocking=False)
         if not entered:
             self._unref(key)
         return entered

@@ -51,13 +51,13 @@ def check_seconds(name: str, value: Any, *, allow_zero: bool = False, allow_none
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise InvalidArgument(f"{name} must be a number of seconds, got {value!r}")
-    value = float(value)
-    if math.isnan(value) or math.isinf(value):
-        raise InvalidArgument(f"{name} must be a finite number of seconds, got {value!r}")
-    if value < 0 or (value == 0 and not allow_zero):
+    seconds = float(value)
+    if math.isnan(seconds) or math.isinf(seconds):
+        raise InvalidArgument(f"{name} must be a finite number of seconds, got {seconds!r}")
+    if seconds < 0 or (seconds == 0 and not allow_zero):
         bound = ">= 0" if allow_zero else "> 0"
-        raise InvalidArgument(f"{name} must be {bound} seconds, got {value!r}")
-    return value
+        raise InvalidArgument(f"{name} must be {bound} seconds, got {seconds!r}")
+    return seconds
 
 
 def merge_client_config(user: Config | dict[str, Any] | None) -> Config:

@@ -36,7 +36,7 @@ def backoff(options: ClientOptions, attempt: int) -> float:
 
     Equal jitter: never zero, never in lockstep with other clients.
     """
-    cap = min(options.max_retry_delay, options.min_retry_delay * 2**attempt)
+    cap: float = min(options.max_retry_delay, options.min_retry_delay * 2**attempt)
     return cap / 2 + random.uniform(0, cap / 2)
 
 
@@ -132,7 +132,7 @@ class Store:
         method = getattr(self.boto, operation)
         sent = time.monotonic()
         try:
-            reply = method(**params)
+            reply: dict[str, Any] = method(**params)
         except ClientError as exc:
             self.clock.observe(sent, time.monotonic(), reply_date(exc.response))
             raise
@@ -154,11 +154,12 @@ class Store:
     def get_item(self, stored_key: str) -> dict[str, Any] | None:
         """One consistent read of a key's item."""
         reply = self.call("get_item", "read a lock", Key=rq.key(self.options, stored_key), ConsistentRead=True)
-        return reply.get("Item")
+        item: dict[str, Any] | None = reply.get("Item")
+        return item
 
     def old_item(self, exc: ClientError, stored_key: str, *, read: bool = True) -> dict[str, Any] | None:
         """The item that made a condition fail: from the reply, or (if ``read``) one consistent read."""
-        item = exc.response.get("Item")
+        item: dict[str, Any] | None = exc.response.get("Item")
         if item is not None:
             self.returns_item_on_failure = True
             return item

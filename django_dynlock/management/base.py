@@ -16,6 +16,7 @@ from typing import Any, NoReturn
 
 from botocore.exceptions import BotoCoreError, ClientError
 from django.core.management.base import BaseCommand, CommandError, CommandParser, SystemCheckError
+from django.utils.translation import gettext as _
 
 from .. import conf
 from ..engine.client import LockClient
@@ -55,8 +56,8 @@ def lock_client(alias: str) -> LockClient:
     """The alias' client; an unknown or misconfigured alias is a usage error."""
     configured = conf.aliases()
     if alias not in configured:
-        names = ", ".join(repr(name) for name in configured) or "none"
-        usage_error(f"unknown alias {alias!r}: DYNLOCK defines {names}")
+        names = ", ".join(repr(name) for name in configured) or _("none")
+        usage_error(_("unknown alias %(alias)r: DYNLOCK defines %(names)s") % {"alias": alias, "names": names})
     with translated_errors():
         return get_lock_client(alias)
 
@@ -66,16 +67,16 @@ def seconds(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a number of seconds, got %(text)r") % {"text": text}) from None
     if math.isnan(value) or math.isinf(value) or value < 0:
-        raise argparse.ArgumentTypeError(f"expected a finite number of seconds >= 0, got {text!r}")
+        raise argparse.ArgumentTypeError(_("expected a finite number of seconds >= 0, got %(text)r") % {"text": text})
     return value
 
 
 def positive_seconds(text: str) -> float:
     value = seconds(text)
     if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
+        raise argparse.ArgumentTypeError(_("expected a number of seconds > 0, got %(text)r") % {"text": text})
     return value
 
 
@@ -83,9 +84,9 @@ def positive_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected a whole number, got %(text)r") % {"text": text}) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(_("expected a whole number >= 1, got %(text)r") % {"text": text})
     return value
 
 
@@ -94,9 +95,9 @@ def exit_code(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an exit code 0-255, got {text!r}") from None
+        raise argparse.ArgumentTypeError(_("expected an exit code 0-255, got %(text)r") % {"text": text}) from None
     if not 0 <= value <= 255:
-        raise argparse.ArgumentTypeError(f"expected an exit code 0-255, got {text!r}")
+        raise argparse.ArgumentTypeError(_("expected an exit code 0-255, got %(text)r") % {"text": text})
     return value
 
 
@@ -105,6 +106,10 @@ class DynLockCommand(BaseCommand):
 
     def create_parser(self, prog_name: str, subcommand: str, **kwargs: Any) -> CommandParser:
         parser = super().create_parser(prog_name, subcommand, **kwargs)
+        # help is translated lazily (gettext_lazy, read in the language of the run), and
+        # argparse's formatter runs regular expressions over it: it needs a str.
+        if parser.description is not None:
+            parser.description = str(parser.description)
         cli_error = parser.error
 
         # From the shell argparse exits with 2; through call_command Django raises a
@@ -113,7 +118,7 @@ class DynLockCommand(BaseCommand):
         def error(message: str) -> NoReturn:
             if parser.called_from_command_line:
                 cli_error(message)
-            raise CommandError(f"Error: {message}", returncode=EXIT_USAGE)
+            raise CommandError(_("Error: %(message)s") % {"message": message}, returncode=EXIT_USAGE)
 
         parser.error = error
         return parser
@@ -132,7 +137,7 @@ class DynLockCommand(BaseCommand):
         parser.add_argument(
             "--alias",
             default=conf.DEFAULT_ALIAS,
-            help="The DYNLOCK alias (table and connection) to use. Default: %(default)s.",
+            help=_("The DYNLOCK alias (table and connection) to use. Default: %(default)s."),
         )
 
     def client(self, options: dict[str, Any]) -> LockClient:

@@ -8,15 +8,31 @@ replies (to within about a second), compared with our own estimate of it.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 from typing import Any
+
+from django.utils.translation import gettext, gettext_lazy
 
 from ..engine.client import LockClient
 from ..engine.items import USER_KEY, LeaseInfo
 from ..engine.text import printable
 
+# Django ships no type hints: gettext is typed here, so that what it returns is a str.
+_: Callable[[str], str] = gettext
+
 # How far two clients' estimates of DynamoDB's clock may disagree (seconds): the Date
 # header they learn it from has a resolution of one second.
 CLOCK_ERROR = 1.0
+
+# A state as a person reads it (the admin); the codes stay in data attributes, JSON and CSV.
+STATE_LABELS = {
+    "held": gettext_lazy("held"),
+    "expired": gettext_lazy("expired"),
+    "reserved": gettext_lazy("reserved"),
+    "released": gettext_lazy("released"),
+    "broken": gettext_lazy("broken"),
+    "malformed": gettext_lazy("malformed"),
+}
 
 
 def duration(value: float) -> str:
@@ -40,7 +56,9 @@ def ago(when: dt.datetime | None, now: dt.datetime) -> str:
     delta = (now - when).total_seconds()
     if -CLOCK_ERROR < delta < 0:
         delta = 0.0  # two estimates of DynamoDB's clock: a moment ago, not in the future
-    return f"{duration(delta)} ago" if delta >= 0 else f"in {duration(delta)}"
+    if delta >= 0:
+        return _("%(duration)s ago") % {"duration": duration(delta)}
+    return _("in %(duration)s") % {"duration": duration(delta)}
 
 
 def breakable(client: LockClient, key: str) -> LeaseInfo | None:
@@ -73,7 +91,9 @@ def expires(info: LeaseInfo, now: dt.datetime) -> str:
     left = info.expires_in(now)
     if left is None:
         return "-"
-    return f"in {duration(left)}" if left >= 0 else f"expired {duration(left)} ago"
+    if left >= 0:
+        return _("in %(duration)s") % {"duration": duration(left)}
+    return _("expired %(duration)s ago") % {"duration": duration(left)}
 
 
 def holder_text(info: LeaseInfo) -> str:
@@ -94,7 +114,7 @@ def metadata(info: LeaseInfo) -> list[tuple[str, str]]:
 def metadata_text(info: LeaseInfo) -> str:
     text = " ".join(f"{k}={v}" for k, v in metadata(info))
     if info.problems:
-        text = f"malformed: {problems_text(info)}" + (f" {text}" if text else "")
+        text = _("malformed: %(problems)s") % {"problems": problems_text(info)} + (f" {text}" if text else "")
     return text
 
 
@@ -129,10 +149,10 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
 def summary(info: LeaseInfo, now: dt.datetime) -> str:
     """One line for breaklock and runlocked: token, holder, timing, metadata; safe to print."""
     parts = [
-        f"token {info.token}",
-        f"held by {holder_text(info)}",
-        f"acquired {ago(info.acquired_at, now)}",
-        expires(info, now) if state(info, now) == "expired" else f"expires {expires(info, now)}",
+        _("token %(token)s") % {"token": info.token},
+        _("held by %(holder)s") % {"holder": holder_text(info)},
+        _("acquired %(ago)s") % {"ago": ago(info.acquired_at, now)},
+        expires(info, now) if state(info, now) == "expired" else _("expires %(when)s") % {"when": expires(info, now)},
     ]
     extra = metadata_text(info)
     if extra:

@@ -9,6 +9,8 @@ import sys
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from ...engine.client import LockClient
 from ...engine.items import LeaseInfo
@@ -39,26 +41,26 @@ def stdin_is_interactive() -> bool:
 
 
 class Command(DynLockCommand):
-    help = (
+    help = gettext_lazy(
         "Break (force-release) the leases on the given keys. Shows each lease and asks first; the break "
         "only happens if the lease still has the token that was shown (or --token)."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("keys", nargs="+", metavar="KEY", help="Lock key(s) to break.")
+        parser.add_argument("keys", nargs="+", metavar="KEY", help=_("Lock key(s) to break."))
         parser.add_argument(
-            "--noinput", "--no-input", action="store_false", dest="interactive", help="Do not ask for confirmation."
+            "--noinput", "--no-input", action="store_false", dest="interactive", help=_("Do not ask for confirmation.")
         )
         parser.add_argument(
             "--token",
             type=int,
             default=None,
             metavar="N",
-            help="Break only if the lease still has this fencing token (one KEY only).",
+            help=_("Break only if the lease still has this fencing token (one KEY only)."),
         )
         parser.add_argument(
-            "--reason", default="", metavar="TEXT", help="Why: recorded in the item and sent with lock_broken."
+            "--reason", default="", metavar="TEXT", help=_("Why: recorded in the item and sent with lock_broken.")
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -66,9 +68,9 @@ class Command(DynLockCommand):
         token: int | None = options["token"]
         interactive: bool = options["interactive"]
         if token is not None and len(keys) > 1:
-            usage_error("--token applies to one KEY: tokens are counted per key")
+            usage_error(_("--token applies to one KEY: tokens are counted per key"))
         if interactive and not stdin_is_interactive():
-            usage_error("stdin is not a terminal, so breaklock cannot ask for confirmation: pass --noinput")
+            usage_error(_("stdin is not a terminal, so breaklock cannot ask for confirmation: pass --noinput"))
         client = self.client(options)
         with translated_errors():
             for key in keys:
@@ -77,7 +79,12 @@ class Command(DynLockCommand):
             failed = [key for key in keys if not self.break_one(client, key, token, options["reason"], by, interactive)]
         if failed:
             raise CommandError(
-                f"{len(failed)} of {len(keys)} lock{'s' if len(keys) != 1 else ''} not broken: {', '.join(map(repr, failed))}",
+                ngettext(
+                    "%(failed)d of %(count)d lock not broken: %(keys)s",
+                    "%(failed)d of %(count)d locks not broken: %(keys)s",
+                    len(keys),
+                )
+                % {"failed": len(failed), "count": len(keys), "keys": ", ".join(map(repr, failed))},
                 returncode=EXIT_NOT_ALL_BROKEN,
             )
 
@@ -86,25 +93,30 @@ class Command(DynLockCommand):
     ) -> bool:
         info = fmt.breakable(client, key)
         if info is None:
-            self.not_broken(key, "not found: no live lease or reservation on this key")
+            self.not_broken(key, _("not found: no live lease or reservation on this key"))
             return False
         if info.is_malformed:
             self.not_broken(
                 key,
-                f"a malformed item ({fmt.problems_text(info)}): django-dynlock did not write it or it "
-                "was edited by hand; look at it (showlocks --format json) and delete it with the AWS "
-                "console or CLI if it is not a lock",
+                _(
+                    "a malformed item (%(problems)s): django-dynlock did not write it or it "
+                    "was edited by hand; look at it (showlocks --format json) and delete it with the AWS "
+                    "console or CLI if it is not a lock"
+                )
+                % {"problems": fmt.problems_text(info)},
             )
             return False
         now = client.server_datetime()
         if token is not None and info.token != token:
             self.not_broken(
-                key, f"the lease has token {info.token}, not {token}: it changed hands (now {fmt.summary(info, now)})"
+                key,
+                _("the lease has token %(now)s, not %(token)s: it changed hands (now %(summary)s)")
+                % {"now": info.token, "token": token, "summary": fmt.summary(info, now)},
             )
             return False
         self.stdout.write(f"{printable(key)}: {fmt.summary(info, now)}")
         if interactive and not self.confirm(key):
-            self.not_broken(key, "skipped: not confirmed")
+            self.not_broken(key, _("skipped: not confirmed"))
             return False
         # Always conditioned on the token that was shown: a lease that changed hands
         # while the operator read it is not broken by mistake.
@@ -122,29 +134,38 @@ class Command(DynLockCommand):
             )
             self.not_broken(
                 key,
-                f"may have been broken: DynamoDB's replies were lost and the key could not be read "
-                f"back; run `showlocks --all --prefix {key}` to see",
+                _(
+                    "may have been broken: DynamoDB's replies were lost and the key could not be read "
+                    "back; run `%(command)s` to see"
+                )
+                % {"command": f"showlocks --all --prefix {key}"},
             )
             return False
         if not broken:
-            self.not_broken(key, "gone: released or taken over since it was shown")
+            self.not_broken(key, _("gone: released or taken over since it was shown"))
             return False
         self.audit(key, info, reason, by)
-        self.stdout.write(f"{printable(key)}: broken (token {info.token})", style_func=self.style.SUCCESS)
+        self.stdout.write(
+            _("%(key)s: broken (token %(token)s)") % {"key": printable(key), "token": info.token},
+            style_func=self.style.SUCCESS,
+        )
         return True
 
     def confirm(self, key: str) -> bool:
         try:
-            answer = input(f"Break the lease on {key!r}? [y/N] ")
+            answer = input(_("Break the lease on %(key)r? [y/N] ") % {"key": key})
         except EOFError:
             return False
         except KeyboardInterrupt:
             self.stdout.write("")
-            raise CommandError("interrupted: nothing more is broken", returncode=EXIT_NOT_ALL_BROKEN) from None
+            raise CommandError(_("interrupted: nothing more is broken"), returncode=EXIT_NOT_ALL_BROKEN) from None
         return answer.strip().lower() in ("y", "yes")
 
     def not_broken(self, key: str, why: str) -> None:
-        self.stdout.write(f"{printable(key)}: not broken: {printable(why)}", style_func=self.style.WARNING)
+        self.stdout.write(
+            _("%(key)s: not broken: %(why)s") % {"key": printable(key), "why": printable(why)},
+            style_func=self.style.WARNING,
+        )
 
     def audit(self, key: str, info: LeaseInfo, reason: str, by: str) -> None:
         # The engine logs the break too; this line adds whose lease it was.

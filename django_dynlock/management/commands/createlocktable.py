@@ -6,6 +6,8 @@ import time
 from typing import Any
 
 from django.core.management.base import CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from ...engine.client import LockClient
 from ...engine.failures import safe_endpoint
@@ -24,7 +26,7 @@ def ttl_is_on(status: TableStatus, attribute: str) -> bool:
 
 
 class Command(DynLockCommand):
-    help = (
+    help = gettext_lazy(
         "Create the DynamoDB lock table of a DYNLOCK alias and enable TTL on it. Idempotent: an "
         "existing table with the right key schema is accepted (and gets TTL if it had none)."
     )
@@ -36,22 +38,24 @@ class Command(DynLockCommand):
             type=str.upper,
             choices=("PAY_PER_REQUEST", "PROVISIONED"),
             default=None,
-            help="Billing of a new table. Default: PAY_PER_REQUEST (on-demand).",
+            help=_("Billing of a new table. Default: PAY_PER_REQUEST (on-demand)."),
         )
-        parser.add_argument("--read", type=positive_int, metavar="N", help="Read capacity units (PROVISIONED only).")
-        parser.add_argument("--write", type=positive_int, metavar="N", help="Write capacity units (PROVISIONED only).")
+        parser.add_argument("--read", type=positive_int, metavar="N", help=_("Read capacity units (PROVISIONED only)."))
+        parser.add_argument(
+            "--write", type=positive_int, metavar="N", help=_("Write capacity units (PROVISIONED only).")
+        )
         parser.add_argument(
             "--no-wait",
             dest="wait",
             action="store_false",
-            help="Return as soon as the table is requested; do not wait until it is ACTIVE.",
+            help=_("Return as soon as the table is requested; do not wait until it is ACTIVE."),
         )
         parser.add_argument(
             "--timeout",
             type=positive_seconds,
             default=60.0,
             metavar="SECONDS",
-            help="Seconds to wait for the table to become ACTIVE. Default: %(default)s.",
+            help=_("Seconds to wait for the table to become ACTIVE. Default: %(default)s."),
         )
         parser.add_argument(
             "--print",
@@ -60,8 +64,11 @@ class Command(DynLockCommand):
             choices=PRINT_CHOICES,
             dest="print_only",
             metavar="WHAT",
-            help="Print the CreateTable and UpdateTimeToLive requests and a CloudFormation snippet "
-            f"instead of calling AWS. WHAT: {', '.join(PRINT_CHOICES)} (default: all).",
+            help=_(
+                "Print the CreateTable and UpdateTimeToLive requests and a CloudFormation snippet "
+                "instead of calling AWS. WHAT: %(choices)s (default: all)."
+            )
+            % {"choices": ", ".join(PRINT_CHOICES)},
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -70,9 +77,9 @@ class Command(DynLockCommand):
         billing = options["billing_mode"] or "PAY_PER_REQUEST"
         read, write = options["read"], options["write"]
         if billing == "PROVISIONED" and (read is None or write is None):
-            usage_error("--billing-mode PROVISIONED needs --read N and --write N")
+            usage_error(_("--billing-mode PROVISIONED needs --read N and --write N"))
         if billing != "PROVISIONED" and (read is not None or write is not None):
-            usage_error("--read and --write only apply with --billing-mode PROVISIONED")
+            usage_error(_("--read and --write only apply with --billing-mode PROVISIONED"))
         client = self.client(options)
         if options["print_only"]:
             self.print_definition(client, options["print_only"], billing, read, write)
@@ -94,7 +101,7 @@ class Command(DynLockCommand):
             self.stdout.write(message, style_func=style)
 
     def warn(self, message: str) -> None:
-        self.stderr.write(f"Warning: {message}", style_func=self.style.WARNING)
+        self.stderr.write(_("Warning: %(message)s") % {"message": message}, style_func=self.style.WARNING)
 
     # -- --print --------------------------------------------------------------------
     def print_definition(
@@ -114,16 +121,22 @@ class Command(DynLockCommand):
             self.stdout.write(stack)
         else:
             self.stdout.write(
-                "# CreateTable request: aws dynamodb create-table --cli-input-json file://create-table.json"
+                "# "
+                + _("CreateTable request: %(command)s")
+                % {"command": "aws dynamodb create-table --cli-input-json file://create-table.json"}
             )
             self.stdout.write(create)
             self.stdout.write("")
             self.stdout.write(
-                "# Then, once the table is ACTIVE: aws dynamodb update-time-to-live --cli-input-json file://ttl.json"
+                "# "
+                + _("Then, once the table is ACTIVE: %(command)s")
+                % {"command": "aws dynamodb update-time-to-live --cli-input-json file://ttl.json"}
             )
             self.stdout.write(ttl)
             self.stdout.write("")
-            self.stdout.write("# CloudFormation (YAML); TimeToLiveSpecification replaces the separate TTL request")
+            self.stdout.write(
+                "# " + _("CloudFormation (YAML); TimeToLiveSpecification replaces the separate TTL request")
+            )
             self.stdout.write(stack)
 
     # -- creating -------------------------------------------------------------------
@@ -146,15 +159,23 @@ class Command(DynLockCommand):
             before = None
         if before is not None and before.key_problem:
             raise CommandError(
-                f"table {name!r} at {where} exists but has the wrong key schema: {before.key_problem}. "
-                f"Point TABLE_NAME at a new table, or set KEY_ATTRIBUTE to the table's partition key.",
+                _(
+                    "table %(name)r at %(where)s exists but has the wrong key schema: %(problem)s. "
+                    "Point TABLE_NAME at a new table, or set KEY_ATTRIBUTE to the table's partition key."
+                )
+                % {"name": name, "where": where, "problem": before.key_problem},
                 returncode=EXIT_BACKEND,
             )
         if before is None:
-            capacity = f" (read {read}, write {write})" if billing == "PROVISIONED" else ""
+            values = {"name": name, "where": where, "key": options.key_attribute, "billing": billing}
             self.info(
-                f"Creating table {name!r} at {where}: partition key {options.key_attribute!r} (string), "
-                f"{billing}{capacity} ..."
+                _(
+                    "Creating table %(name)r at %(where)s: partition key %(key)r (string), "
+                    "%(billing)s (read %(read)s, write %(write)s) ..."
+                )
+                % {**values, "read": read, "write": write}
+                if billing == "PROVISIONED"
+                else _("Creating table %(name)r at %(where)s: partition key %(key)r (string), %(billing)s ...") % values
             )
             status = client.create_table(
                 wait=False, billing_mode=billing, read_capacity=read, write_capacity=write, timeout=timeout
@@ -162,23 +183,29 @@ class Command(DynLockCommand):
         else:
             status = before
             self.info(
-                f"Table {name!r} already exists at {where} with the right key schema "
-                f"({status.status}, {status.billing_mode})."
+                _("Table %(name)r already exists at %(where)s with the right key schema (%(status)s, %(billing)s).")
+                % {"name": name, "where": where, "status": status.status, "billing": status.billing_mode}
             )
             if explicit_billing and status.billing_mode != billing:
-                self.warn(f"--billing-mode {billing} was not applied: the existing table stays {status.billing_mode}.")
+                self.warn(
+                    _("--billing-mode %(billing)s was not applied: the existing table stays %(current)s.")
+                    % {"billing": billing, "current": status.billing_mode}
+                )
 
         if status.status != "ACTIVE" and not wait:
             self.info(
-                f"Not waiting (--no-wait): table {name!r} is {status.status}. TTL is enabled once it is "
-                f"ACTIVE: run createlocktable again then."
+                _(
+                    "Not waiting (--no-wait): table %(name)r is %(status)s. TTL is enabled once it is "
+                    "ACTIVE: run createlocktable again then."
+                )
+                % {"name": name, "status": status.status}
             )
             return
         if status.status != "ACTIVE" or before is None:
             status = self.wait_until_active(client, status, timeout)
 
         if before is not None and ttl_is_on(before, options.ttl_attribute):
-            self.info(f"TTL already enabled on {options.ttl_attribute!r}.")
+            self.info(_("TTL already enabled on %(attribute)r.") % {"attribute": options.ttl_attribute})
             return
         if not ttl_is_on(status, options.ttl_attribute):
             # create_table() is idempotent: on an existing table it only switches TTL on.
@@ -195,33 +222,57 @@ class Command(DynLockCommand):
             now = time.monotonic()
             if now >= deadline:
                 raise CommandError(
-                    f"table {status.name!r} is still {status.status} after {timeout:g}s: run createlocktable "
-                    f"again later (it also enables TTL then)",
+                    _(
+                        "table %(name)r is still %(status)s after %(timeout)ss: run createlocktable "
+                        "again later (it also enables TTL then)"
+                    )
+                    % {"name": status.name, "status": status.status, "timeout": f"{timeout:g}"},
                     returncode=EXIT_BACKEND,
                 )
             if status.status != said or now - said_at >= PROGRESS_EVERY:
-                self.info(f"  waiting for ACTIVE: {status.status} after {now - started:.1f}s")
+                self.info(
+                    "  "
+                    + _("waiting for ACTIVE: %(status)s after %(elapsed)ss")
+                    % {"status": status.status, "elapsed": f"{now - started:.1f}"}
+                )
                 said_at, said = now, status.status
             time.sleep(min(POLL_INTERVAL, max(0.0, deadline - now)))
             status = client.describe_table()
-        self.info(f"Table {status.name!r} is ACTIVE after {time.monotonic() - started:.1f}s.", self.style.SUCCESS)
+        self.info(
+            _("Table %(name)r is ACTIVE after %(elapsed)ss.")
+            % {"name": status.name, "elapsed": f"{time.monotonic() - started:.1f}"},
+            self.style.SUCCESS,
+        )
         return status
 
     def report_ttl(self, client: LockClient, status: TableStatus) -> None:
         options = client.options
         if status.ttl_status == TTL_UNSUPPORTED:
             self.warn(
-                f"the DynamoDB server at {safe_endpoint(options.endpoint_url)} has no TTL API (a local "
-                f"server such as dynalite?): TTL is not enabled, so idle lock items are not deleted "
-                f"automatically. The locks work all the same."
+                _(
+                    "the DynamoDB server at %(endpoint)s has no TTL API (a local "
+                    "server such as dynalite?): TTL is not enabled, so idle lock items are not deleted "
+                    "automatically. The locks work all the same."
+                )
+                % {"endpoint": safe_endpoint(options.endpoint_url)}
             )
         elif status.ttl_attribute not in (None, options.ttl_attribute):
             self.warn(
-                f"table {status.name!r} has TTL on {status.ttl_attribute!r}, not on "
-                f"{options.ttl_attribute!r} (a table has one TTL attribute): idle lock items will not "
-                f"expire. Set TTL_ATTRIBUTE to {status.ttl_attribute!r}, or change the table's TTL."
+                _(
+                    "table %(name)r has TTL on %(attribute)r, not on "
+                    "%(expected)r (a table has one TTL attribute): idle lock items will not "
+                    "expire. Set TTL_ATTRIBUTE to %(attribute)r, or change the table's TTL."
+                )
+                % {"name": status.name, "attribute": status.ttl_attribute, "expected": options.ttl_attribute}
             )
         elif status.ttl_status in ("ENABLED", "ENABLING"):
-            self.info(f"TTL enabled on {options.ttl_attribute!r} ({status.ttl_status}).", self.style.SUCCESS)
+            self.info(
+                _("TTL enabled on %(attribute)r (%(status)s).")
+                % {"attribute": options.ttl_attribute, "status": status.ttl_status},
+                self.style.SUCCESS,
+            )
         else:
-            self.warn(f"TTL on table {status.name!r} is {status.ttl_status}: run createlocktable again later.")
+            self.warn(
+                _("TTL on table %(name)r is %(status)s: run createlocktable again later.")
+                % {"name": status.name, "status": status.ttl_status}
+            )

@@ -12,6 +12,8 @@ from typing import Any
 
 from django.core.management import call_command, get_commands, load_command_class
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from ...engine.lease import Lease
 from ...singleton import run_singleton
@@ -37,14 +39,14 @@ def load_command(name: str) -> BaseCommand:
     try:
         app_name = get_commands()[name]
     except KeyError:
-        usage_error(f"unknown command {name!r} after --: see `manage.py help` for the commands")
+        usage_error(_("unknown command %(name)r after --: see `manage.py help` for the commands") % {"name": name})
     if isinstance(app_name, BaseCommand):
         return app_name
     return load_command_class(app_name, name)
 
 
 class Command(DynLockCommand):
-    help = (
+    help = gettext_lazy(
         "Run another management command under a lease (KEY), renewing it while the command runs. "
         "Busy: skip with a message (exit 0, or --busy-exit). The command's exit code is passed through."
     )
@@ -60,7 +62,10 @@ class Command(DynLockCommand):
             parsed = parse(ours, namespace)
             if inner is not None:
                 if parsed.command:
-                    parser.error(f"give the command after {SEPARATOR} only, not also before it: {parsed.command}")
+                    parser.error(
+                        _("give the command after %(separator)s only, not also before it: %(command)s")
+                        % {"separator": SEPARATOR, "command": parsed.command}
+                    )
                 parsed.command = inner
             return parsed
 
@@ -69,23 +74,26 @@ class Command(DynLockCommand):
 
     def add_arguments(self, parser: CommandParser) -> None:
         super().add_arguments(parser)
-        parser.add_argument("key", metavar="KEY", help="Lock key, e.g. cron:clearsessions.")
+        parser.add_argument("key", metavar="KEY", help=_("Lock key, e.g. cron:clearsessions."))
         parser.add_argument(
-            "command", nargs="*", metavar="COMMAND", help="The management command to run and its arguments, after --."
+            "command",
+            nargs="*",
+            metavar="COMMAND",
+            help=_("The management command to run and its arguments, after --."),
         )
         parser.add_argument(
             "--wait",
             type=seconds,
             default=0.0,
             metavar="SECONDS",
-            help="Seconds to wait for a busy lock before skipping. Default: 0.",
+            help=_("Seconds to wait for a busy lock before skipping. Default: 0."),
         )
         parser.add_argument(
             "--lease",
             type=positive_seconds,
             default=None,
             metavar="SECONDS",
-            help="Lease duration in seconds (renewed while the command runs). Default: the alias' LEASE_DURATION.",
+            help=_("Lease duration in seconds (renewed while the command runs). Default: the alias' LEASE_DURATION."),
         )
         parser.add_argument(
             "--at-least",
@@ -93,8 +101,10 @@ class Command(DynLockCommand):
             default=0.0,
             dest="at_least",
             metavar="SECONDS",
-            help="Keep the lock until SECONDS after it was taken, even if the command "
-            "finished sooner, so other hosts' runs of the same schedule skip.",
+            help=_(
+                "Keep the lock until SECONDS after it was taken, even if the command "
+                "finished sooner, so other hosts' runs of the same schedule skip."
+            ),
         )
         parser.add_argument(
             "--busy-exit",
@@ -102,13 +112,13 @@ class Command(DynLockCommand):
             default=0,
             dest="busy_exit",
             metavar="CODE",
-            help="Exit code when the lock is busy. Default: 0 (skipping is not a failure).",
+            help=_("Exit code when the lock is busy. Default: 0 (skipping is not a failure)."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         command_line: list[str] = list(options["command"] or [])
         if not command_line:
-            usage_error(f"no command to run: runlocked KEY {SEPARATOR} COMMAND [ARGS ...]")
+            usage_error(_("no command to run: %(usage)s") % {"usage": f"runlocked KEY {SEPARATOR} COMMAND [ARGS ...]"})
         name, inner_args = command_line[0], command_line[1:]
         inner = load_command(name)
         self.check_arguments(inner, name, inner_args)

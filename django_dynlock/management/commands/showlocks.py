@@ -7,6 +7,8 @@ from time import sleep
 from typing import Any
 
 from django.core.management.base import CommandParser
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy, ngettext
 
 from ...engine.client import LockClient
 from .. import listing
@@ -27,7 +29,7 @@ class _Raw:
 
 
 class Command(DynLockCommand):
-    help = (
+    help = gettext_lazy(
         "List live leases: key, holder, token, when acquired, when they expire and the holder's metadata. "
         "Streams the table page by page."
     )
@@ -38,35 +40,35 @@ class Command(DynLockCommand):
             "--format",
             choices=FORMATS,
             default="table",
-            help="Output format. Default: %(default)s. json is one array; csv has a header row.",
+            help=_("Output format. Default: %(default)s. json is one array; csv has a header row."),
         )
-        parser.add_argument("--prefix", default="", help="Only keys starting with this (after KEY_PREFIX).")
+        parser.add_argument("--prefix", default="", help=_("Only keys starting with this (after KEY_PREFIX)."))
         parser.add_argument(
             "--all",
             action="store_true",
             dest="show_all",
-            help="Also list released, broken and expired leases, with a STATE column.",
+            help=_("Also list released, broken and expired leases, with a STATE column."),
         )
         parser.add_argument(
             "--watch",
             type=positive_seconds,
             metavar="SECONDS",
-            help="Refresh every SECONDS until interrupted (Ctrl-C).",
+            help=_("Refresh every SECONDS until interrupted (Ctrl-C)."),
         )
         parser.add_argument(
-            "--iterations", type=positive_int, metavar="N", help="With --watch: stop after N refreshes."
+            "--iterations", type=positive_int, metavar="N", help=_("With --watch: stop after N refreshes.")
         )
         parser.add_argument(
             "--page-size",
             type=positive_int,
             default=100,
             metavar="N",
-            help="Items per Scan request. Default: %(default)s.",
+            help=_("Items per Scan request. Default: %(default)s."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
         if options["iterations"] is not None and options["watch"] is None:
-            usage_error("--iterations only applies with --watch SECONDS")
+            usage_error(_("--iterations only applies with --watch SECONDS"))
         client = self.client(options)
         if options["watch"] is None:
             self.show(client, options)
@@ -90,7 +92,8 @@ class Command(DynLockCommand):
                     self.stdout.write(CLEAR_SCREEN, ending="")
                 stamp = client.server_datetime().strftime("%Y-%m-%d %H:%M:%S UTC")
                 self.stdout.write(
-                    f"Every {interval:g}s: showlocks --alias {options['alias']}   {stamp}",
+                    _("Every %(interval)ss: %(command)s   %(stamp)s")
+                    % {"interval": f"{interval:g}", "command": f"showlocks --alias {options['alias']}", "stamp": stamp},
                     style_func=self.style.MIGRATE_HEADING,
                 )
             self.show(client, options)
@@ -123,18 +126,64 @@ class Command(DynLockCommand):
             self.summarise(client, counts, options)
 
     def summarise(self, client: LockClient, counts: listing.Counts, options: dict[str, Any]) -> None:
-        prefix = f" with prefix {options['prefix']!r}" if options["prefix"] else ""
-        what = "lease" if options["show_all"] else "live lease"
-        plural = "" if counts.written == 1 else "s"
+        values = {
+            "count": counts.written,
+            "table": client.options.table_name,
+            "where": client.where(),
+            "prefix": options["prefix"],
+        }
         # Which table, and where: each region has tables of its own (docs/security.md).
-        self.stdout.write(
-            f"{counts.written or 'No'} {what}{plural}{prefix} in table {client.options.table_name!r} "
-            f"at {client.where()}."
-        )
+        if not counts.written:
+            if options["show_all"]:
+                line = (
+                    _("No leases with prefix %(prefix)r in table %(table)r at %(where)s.")
+                    if options["prefix"]
+                    else _("No leases in table %(table)r at %(where)s.")
+                ) % values
+            else:
+                line = (
+                    _("No live leases with prefix %(prefix)r in table %(table)r at %(where)s.")
+                    if options["prefix"]
+                    else _("No live leases in table %(table)r at %(where)s.")
+                ) % values
+        elif options["prefix"]:
+            line = (
+                ngettext(
+                    "%(count)d lease with prefix %(prefix)r in table %(table)r at %(where)s.",
+                    "%(count)d leases with prefix %(prefix)r in table %(table)r at %(where)s.",
+                    counts.written,
+                )
+                if options["show_all"]
+                else ngettext(
+                    "%(count)d live lease with prefix %(prefix)r in table %(table)r at %(where)s.",
+                    "%(count)d live leases with prefix %(prefix)r in table %(table)r at %(where)s.",
+                    counts.written,
+                )
+            ) % values
+        else:
+            line = (
+                ngettext(
+                    "%(count)d lease in table %(table)r at %(where)s.",
+                    "%(count)d leases in table %(table)r at %(where)s.",
+                    counts.written,
+                )
+                if options["show_all"]
+                else ngettext(
+                    "%(count)d live lease in table %(table)r at %(where)s.",
+                    "%(count)d live leases in table %(table)r at %(where)s.",
+                    counts.written,
+                )
+            ) % values
+        self.stdout.write(line)
         if counts.hidden_expired:
             self.stdout.write(
-                f"({counts.hidden_expired} expired lease{'s' if counts.hidden_expired != 1 else ''} not shown: "
-                f"the holder stopped renewing. The next acquire takes it over; "
-                f"--all shows them.)",
+                ngettext(
+                    "(%(count)d expired lease not shown: the holder stopped renewing. "
+                    "The next acquire takes it over; --all shows them.)",
+                    "(%(count)d expired leases not shown: the holder stopped renewing. "
+                    "The next acquire takes it over; --all shows them.)",
+                    counts.hidden_expired,
+                )
+                % {"count": counts.hidden_expired},
                 style_func=self.style.WARNING,
             )
