@@ -182,8 +182,11 @@ def test_outage_makes_the_holder_lose_its_lease_before_anyone_takes_over(dynlock
             taken = rival.acquire("outage", wait=10)
             took_over = time.monotonic()
             names = [name for name, _ in events]
-            assert names[:3] == ["acquired", "at_risk", "lost"], names
-            lost_at = events[2][1]
+            # at_risk comes when a renewal fails; if the first failing renewal is still
+            # waiting for its timeout when the validity ends (a slow machine), the alarm
+            # sends lost first, and at_risk after it or not at all.
+            assert "lost" in names and names[: names.index("lost")] in (["acquired"], ["acquired", "at_risk"]), names
+            lost_at = events[names.index("lost")][1]
             assert lost_at < took_over, "the holder still believed while the rival held the lock"
             assert lost_at - paused < 2.0  # told before its lease of 2 s would have ended
             assert lease.lost_reason == "expired" and not lease.is_held
