@@ -129,7 +129,7 @@ test-django: node java browser | $(UV)
 		echo "********************************************************************************"; \
 		exit 0; }; \
 	venv=.venv-django$(DJANGO); \
-	if [ ! -f $$venv/.installed ] || [ $(PY_DEPS) -nt $$venv/.installed ]; then \
+	if [ ! -f $$venv/.installed ] || [ -n "$$(find $(PY_DEPS) -newer $$venv/.installed)" ]; then \
 		$(UV) venv --quiet --seed --allow-existing --python $$python $$venv; \
 		VIRTUAL_ENV=$$venv $(UV) pip install --quiet -e '.[dev]' 'Django~=$(DJANGO).0'; \
 		touch $$venv/.installed; \
