@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -13,6 +16,9 @@ from django_dynlock.engine import waiting
 from django_dynlock.management import formatting
 from localdynamo.servers import dummy_client
 from tests.support.calls import count_calls
+from tests.support.clients import client_for
+from tests.support.polling import wait_for
+from tests.support.tables import fresh_table
 from tests.test_engine import other_client
 
 
@@ -219,3 +225,72 @@ def test_a_reservation_only_lands_under_the_holder_it_was_made_for(dynlock):
     assert dynlock._reserve("turn", "waiter", "later-holder")
     assert boto.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]["reserved_by"]["S"] == "waiter"
     assert not dynlock._reserve("turn", "other-waiter", "later-holder")  # one reservation at a time
+
+
+def test_one_wait_past_1100_polls_acquires(mock_dynlock):
+    # The 1,025th pause computed 2**1024 before it capped: OverflowError after 24.5 s at
+    # the default delays. Short delays reach that poll within seconds (the count is what
+    # overflowed, not the time); the holder releases once the waiter has polled 1,100 times.
+    holder = mock_dynlock.acquire("long-wait")
+    waiter = other_client(mock_dynlock, min_retry_delay=0.0005, max_retry_delay=0.0005)
+    try:
+        with count_calls(waiter) as calls:
+
+            def release_after_1100_polls():
+                deadline = time.monotonic() + 25
+                while calls["GetItem"] <= 1100 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                holder.release()
+
+            releaser = threading.Thread(target=release_after_1100_polls)
+            releaser.start()
+            try:
+                waiter.acquire("long-wait", wait=30).release()
+            finally:
+                releaser.join(30)
+        assert calls["GetItem"] > 1100, calls
+    finally:
+        waiter.close()
+        if holder.is_held:
+            holder.release()
+
+
+def _hold_in_child(endpoint_url: str, table: str, key: str, report: Path, seconds: float) -> subprocess.Popen:
+    """Another process holds ``key`` for ``seconds``, then releases it (tests/support/workers.py)."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.workers", "hold", endpoint_url, table, key, str(report), str(seconds)],
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    wait_for(
+        lambda: child.poll() is not None or (report.exists() and "ACQUIRED" in report.read_text()),
+        30,
+        "the holder process to acquire",
+    )
+    assert child.poll() is None, "the holder process ended before it acquired"
+    return child
+
+
+def _reported(report: Path, event: str) -> float:
+    return float(next(line.split()[1] for line in report.read_text().splitlines() if line.startswith(event)))
+
+
+@pytest.mark.slow
+def test_a_waiter_waits_60_s_for_a_key_another_process_holds_40_s(dynamodb_local_server, settings, tmp_path):
+    endpoint = dynamodb_local_server.endpoint_url
+    report = tmp_path / "holder.log"
+    with fresh_table(settings, endpoint) as client:
+        child = _hold_in_child(endpoint, client.options.table_name, "long-hold", report, 40)
+        waiter = client_for(endpoint, client.options.table_name, lease_duration=30.0, heartbeat_period=10.0)
+        try:
+            lease = waiter.acquire("long-hold", wait=60)
+            acquired = time.time()
+            lease.release()
+            assert child.wait(10) == 0
+        finally:
+            waiter.close()
+            if child.poll() is None:
+                child.kill()
+                child.wait(10)
+    held = _reported(report, "RELEASED") - _reported(report, "ACQUIRED")
+    assert held >= 40
+    assert acquired >= _reported(report, "RELEASED")

@@ -34,9 +34,15 @@ CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledExcep
 def backoff(options: ClientOptions, attempt: int) -> float:
     """The pause before retry number ``attempt`` (from 0).
 
-    Equal jitter: never zero, never in lockstep with other clients.
+    Equal jitter: never zero, never in lockstep with other clients. The doubling stops
+    once it passes the cap: 2**1024 is past what a float holds, and a long wait polls more often.
     """
-    cap = min(options.max_retry_delay, options.min_retry_delay * 2**attempt)
+    step = options.min_retry_delay
+    for _ in range(attempt):
+        if step >= options.max_retry_delay:
+            break
+        step *= 2
+    cap = min(options.max_retry_delay, step)
     return cap / 2 + random.uniform(0, cap / 2)
 
 
