@@ -141,9 +141,10 @@ class Acquiring(Holding):
                     # Where the server returns no item (dynalite) reading it costs a call:
                     # try_acquire skips it, unless only a watch of the holder's record
                     # version (kept between calls) can ever take the key over.
+                    # Past the wait, only the first attempt's read: ``wait`` is a bound.
                     failed = exc
-                    read = not single or not self.clock.known
-                    look = lambda: self._store.old_item(failed, stored, read=read)  # noqa: E731, B023 (called in this iteration)
+                    read = (not single or not self.clock.known) and (tries == 0 or time.monotonic() < terms.give_up_at)
+                    look = lambda: self._store.old_item(failed, stored, read=read, attempts=1)  # noqa: E731, B023 (called in this iteration)
                 except DynLockError as exc:
                     attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
@@ -161,7 +162,7 @@ class Acquiring(Holding):
                         # about a lease. Never hand out a lease that has already ended: write
                         # again (it recognises itself and starts a fresh lease), once at once.
                         attempt.ambiguous = True
-                        if not stale:
+                        if not stale and (tries == 0 or time.monotonic() < terms.give_up_at):
                             stale = True
                             continue
                         error, look = (
@@ -171,7 +172,9 @@ class Acquiring(Holding):
                     else:
                         look = lambda: item_now  # noqa: E731, B023 (taken while we restamped: busy; called in this iteration)
             else:
-                look = lambda: self._store.get_item(stored)  # noqa: E731
+                # Sent once: the loop is the retry, and a read tried three times could
+                # outlast the wait by two request timeouts.
+                look = lambda: self._store.get_item(stored, attempts=1)  # noqa: E731
             if look is not None:
                 try:
                     item = look()

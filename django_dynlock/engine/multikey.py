@@ -173,7 +173,12 @@ class MultiKey(Acquiring):
                         if reason.get("Code") == "ConditionalCheckFailed":
                             item = reason.get("Item")
                             if item is None:
-                                item = self._store.get_item(stored)
+                                try:
+                                    item = self._store.get_item(stored, attempts=1)  # the loop is the retry
+                                except DynLockError as read_error:
+                                    if not getattr(read_error, "retryable", False):
+                                        raise
+                                    item = items.get(stored)  # we only failed to look: keep what we saw
                             items[stored] = item
                             watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
                             self._waiting.remember(stored, watches[stored])
@@ -203,7 +208,8 @@ class MultiKey(Acquiring):
             now = time.monotonic()
             if now >= terms.give_up_at:
                 if busy is not None:
-                    item = self._store.get_item(busy)
+                    # What the last transaction saw: a read now could outlast the wait.
+                    item = items.get(busy)
                     info = self._info(item)
                     raise LockNotAcquired(
                         by_stored[busy],

@@ -157,12 +157,16 @@ class Store:
         error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
         return error
 
-    def get_item(self, stored_key: str) -> dict[str, Any] | None:
-        """One consistent read of a key's item."""
-        reply = self.call("get_item", "read a lock", Key=rq.key(self.options, stored_key), ConsistentRead=True)
+    def get_item(self, stored_key: str, *, attempts: int | None = None) -> dict[str, Any] | None:
+        """One consistent read of a key's item (``attempts=1`` in a waiting loop, which is its own retry)."""
+        reply = self.call(
+            "get_item", "read a lock", attempts=attempts, Key=rq.key(self.options, stored_key), ConsistentRead=True
+        )
         return reply.get("Item")
 
-    def old_item(self, exc: ClientError, stored_key: str, *, read: bool = True) -> dict[str, Any] | None:
+    def old_item(
+        self, exc: ClientError, stored_key: str, *, read: bool = True, attempts: int | None = None
+    ) -> dict[str, Any] | None:
         """The item that made a condition fail: from the reply, or (if ``read``) one consistent read."""
         item = exc.response.get("Item")
         if item is not None:
@@ -178,7 +182,7 @@ class Store:
                 "falling back to a consistent GetItem (one extra call per busy attempt)",
                 safe_endpoint(self.options.endpoint_url),
             )
-        return self.get_item(stored_key)
+        return self.get_item(stored_key, attempts=attempts)
 
     def try_update(self, action: str, *, attempts: int | None = None, **params: Any) -> bool | None:
         """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
