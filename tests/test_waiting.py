@@ -11,9 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from django_dynlock import LockNotAcquired
+from django_dynlock import BackendError, LockNotAcquired
 from django_dynlock.engine import waiting
+from django_dynlock.engine.store import backoff
 from django_dynlock.management import formatting
+from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client
 from tests.support.calls import count_calls
 from tests.support.clients import client_for
@@ -227,10 +229,28 @@ def test_a_reservation_only_lands_under_the_holder_it_was_made_for(dynlock):
     assert not dynlock._reserve("turn", "other-waiter", "later-holder")  # one reservation at a time
 
 
-def test_one_wait_past_1100_polls_acquires(mock_dynlock):
+def test_the_pauses_after_1100_polls(mock_dynlock):
+    # The 1,025th pause computed 2**1024 before it capped: OverflowError.
+    policy = mock_dynlock._waiting
+    options = mock_dynlock.options
+    for tries in (1100, 10**6):
+        assert options.min_retry_delay / 2 <= backoff(options, tries) <= options.max_retry_delay
+        now = time.monotonic()
+        pause = policy.poll_delay(
+            tries=tries, reserved=False, took=0.001, error=None, item=None, watch=None, now=now, give_up_at=now + 60
+        )
+        assert 0 < pause <= 10 * options.max_retry_delay * 1.25
+        assert 0 < policy.transaction_delay(tries=tries, seen=[], now=now, give_up_at=now + 60) <= 1
+
+
+def test_one_wait_past_1100_polls_acquires(mock_dynlock, monkeypatch):
     # The 1,025th pause computed 2**1024 before it capped: OverflowError after 24.5 s at
     # the default delays. Short delays reach that poll within seconds (the count is what
-    # overflowed, not the time); the holder releases once the waiter has polled 1,100 times.
+    # overflowed, not the time): short retry delays, and no pause that grows with the
+    # hold's age (which keeps one holder's waiter far below 1,024 polls). The holder
+    # releases once the waiter has polled 1,100 times.
+    for constant in ("HOLD_SLACK", "HOLD_SHARE", "HOLD_RAMP"):
+        monkeypatch.setattr(waiting, constant, 0.0)
     holder = mock_dynlock.acquire("long-wait")
     waiter = other_client(mock_dynlock, min_retry_delay=0.0005, max_retry_delay=0.0005)
     try:
@@ -276,13 +296,18 @@ def _reported(report: Path, event: str) -> float:
 
 @pytest.mark.slow
 def test_a_waiter_waits_60_s_for_a_key_another_process_holds_40_s(dynamodb_local_server, settings, tmp_path):
+    # issue 28: one wait that long crashed after 1,024 polls; the cost of waiting follows
+    # the hold's age: <= 80 requests in all, and the key is ours within 0.1 s + 5 % of
+    # the hold after the release (was: 1,000+ reads, OverflowError at 24.5 s).
     endpoint = dynamodb_local_server.endpoint_url
     report = tmp_path / "holder.log"
     with fresh_table(settings, endpoint) as client:
-        child = _hold_in_child(endpoint, client.options.table_name, "long-hold", report, 40)
         waiter = client_for(endpoint, client.options.table_name, lease_duration=30.0, heartbeat_period=10.0)
+        waiter.try_acquire("warm").release()  # the boto3 client is built, DynamoDB's clock known
+        child = _hold_in_child(endpoint, client.options.table_name, "long-hold", report, 40)
         try:
-            lease = waiter.acquire("long-hold", wait=60)
+            with count_calls(waiter) as calls:
+                lease = waiter.acquire("long-hold", wait=60)
             acquired = time.time()
             lease.release()
             assert child.wait(10) == 0
@@ -291,6 +316,58 @@ def test_a_waiter_waits_60_s_for_a_key_another_process_holds_40_s(dynamodb_local
             if child.poll() is None:
                 child.kill()
                 child.wait(10)
-    held = _reported(report, "RELEASED") - _reported(report, "ACQUIRED")
+    held = _reported(report, "RELEASING") - _reported(report, "ACQUIRED")
+    late = acquired - _reported(report, "RELEASING")
     assert held >= 40
-    assert acquired >= _reported(report, "RELEASED")
+    assert sum(calls.values()) <= 80, calls
+    assert 0 < late <= 0.1 + 0.05 * held, f"acquired {late:.3f}s after a {held:.1f}s hold ended ({calls})"
+
+
+def _requests_while_waiting(proxy, waiter, holder, key: str, seconds: float) -> int:
+    """Requests the waiter sends (all through ``proxy``) in one wait of ``seconds`` on a fresh hold of ``key``."""
+    lease = holder.acquire(key, wait=0)
+    try:
+        before = proxy.requests_seen
+        with pytest.raises((LockNotAcquired, BackendError)):
+            waiter.acquire(key, wait=seconds)
+        return proxy.requests_seen - before
+    finally:
+        lease.release()
+
+
+def test_throttled_waiters_back_off(dynlock):
+    # issue 28: throttled looks were retried three times within ~30 ms, then the waiter
+    # looked again within 25 ms: throttled waiters sent more requests, not fewer. Each
+    # throttled look in a row now doubles the next pause (reads are sent once).
+    # Two fresh holds of 3 s each way (a waiter's first looks are the quickest): some 40
+    # requests unthrottled. The proxy's draws are seeded, so a run can be replayed.
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60, seed=28) as proxy:
+        waiter = client_for(proxy.endpoint_url, dynlock.options.table_name)
+        try:
+            waiter.try_acquire("warm").release()  # the boto3 client is built, DynamoDB's clock known
+            calm = sum(_requests_while_waiting(proxy, waiter, dynlock, f"calm{n}", 3.0) for n in range(2))
+            proxy.set_rates({"throttle": 0.5}, operations=["GetItem", "UpdateItem"])
+            throttled = sum(_requests_while_waiting(proxy, waiter, dynlock, f"throttled{n}", 3.0) for n in range(2))
+        finally:
+            proxy.set_rates({})
+            waiter.close()
+    assert throttled <= 0.7 * calm, f"{throttled} requests in 2 x 3 s at 50 % throttled, {calm} unthrottled"
+
+
+def test_retry_after_estimates_the_wait_from_the_hold_seen(dynlock):
+    # issue 28: a busy key's hint was the time to its expiry, about the whole lease (30 s
+    # for a key that frees in 0.5 s). Now: about as long again as the key has been held.
+    holder = dynlock.acquire("estimate", lease=30.0)
+    waiter = other_client(dynlock)
+    try:
+        waiter.try_acquire("warm").release()  # DynamoDB's clock known
+        with pytest.raises(LockNotAcquired) as young:
+            waiter.acquire("estimate", wait=0.5)
+        time.sleep(2.5)
+        with pytest.raises(LockNotAcquired) as older:
+            waiter.acquire("estimate", wait=0.5)
+    finally:
+        waiter.close()
+        holder.release()
+    assert 0 < young.value.retry_after <= 2.5, young.value.retry_after  # held ~0.5 s (+ the clock's uncertainty)
+    assert 3.0 <= older.value.retry_after <= 30, older.value.retry_after  # held ~3.5 s

@@ -6,6 +6,7 @@ policy (waiting.py); the requests themselves are built in requests.py.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import socket
@@ -14,15 +15,18 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
+from . import steps
+from .failures import is_throttling
 from .holding import Holding
 from .lease import Lease
+from .steps import Send, Sleep, Steps
 from .waiting import Attempt
 
 logger = logging.getLogger("django_dynlock")
@@ -31,6 +35,8 @@ logger = logging.getLogger("django_dynlock")
 # expiry with this host's wall clock (see _restamp). A wall clock this far (seconds)
 # from DynamoDB's is worth a warning.
 CLOCK_WARNING = 1.0
+# No look at the key in this round of the loop (an item of None means: no item).
+UNSEEN = object()
 
 
 @dataclass(frozen=True)
@@ -89,7 +95,7 @@ class Acquiring(Holding):
     ) -> Lease:
         attempt = Attempt(owner=self._new_owner())
         try:
-            lease = self._acquire_loop(key, stored, terms, attempt, single=single)
+            lease = steps.run(self._acquire_steps(key, stored, terms, attempt, single=single))
         except BaseException:
             # However we leave (busy, an error, SystemExit, a task's time limit): undo an
             # attempt that may have landed unseen, and give up our reserved turn.
@@ -98,7 +104,7 @@ class Acquiring(Holding):
         self._waiting.remember(stored, None)
         return lease
 
-    def _acquire_loop(
+    def _acquire_steps(
         self,
         key: str,
         stored: str,
@@ -106,7 +112,9 @@ class Acquiring(Holding):
         attempt: Attempt,
         *,
         single: bool,
-    ) -> Lease:
+    ) -> Steps[Lease]:
+        """The acquire loop, as steps for a driver (steps.py): it sends nothing and never
+        sleeps itself, so that threads and asyncio run the same decisions."""
         # A waiter writes only when its last look showed the key free, the holder's
         # expiry past by DynamoDB's clock, or its rvn unchanged for a whole lease. In
         # between it watches with consistent reads: a read costs a fifth of a write, is
@@ -120,12 +128,17 @@ class Acquiring(Holding):
         stale = False
         holders_seen: set[str] = set()
         reserved_looks = 0
+        last_holder: str | None = None
+        handoffs = 0  # holders that followed one another while we waited: Retry-After's estimate
+        throttled = 0  # looks in a row that DynamoDB throttled
         while True:
             due = self._waiting.takeover_in(last_item, watch, time.monotonic())
             if due is not None and due <= 0:
                 write = True
             error: DynLockError | None = None
-            look: Callable[[], dict[str, Any] | None] | None
+            # How we learn what the key holds now: a read to send, or an item at hand.
+            look: Callable[[], dict[str, Any] | None] | None = None
+            seen: dict[str, Any] | None | object = UNSEEN
             looked_at = time.monotonic()
             clock_was_known = self.clock.known
             if write:
@@ -134,26 +147,37 @@ class Acquiring(Holding):
                 params, expires = self._acquire_request(stored, attempt, terms, takeover)
                 sent = time.monotonic()
                 try:
-                    reply = self._store.call(
-                        "update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params
+                    reply = yield Send(
+                        functools.partial(
+                            self._store.call,
+                            "update_item",
+                            "acquire a lock",
+                            attempts=1,
+                            ReturnValues="ALL_NEW",
+                            **params,
+                        )
                     )
                 except ClientError as exc:
                     # Where the server returns no item (dynalite) reading it costs a call:
                     # try_acquire skips it, unless only a watch of the holder's record
                     # version (kept between calls) can ever take the key over.
                     # Past the wait, only the first attempt's read: ``wait`` is a bound.
-                    failed = exc
+                    seen = self._store.old_item(exc, stored, read=False)
                     read = (not single or not self.clock.known) and (tries == 0 or time.monotonic() < terms.give_up_at)
-                    look = lambda: self._store.old_item(failed, stored, read=read, attempts=1)  # noqa: E731, B023 (called in this iteration)
+                    if seen is None and read:
+                        look = functools.partial(self._store.old_item, exc, stored, attempts=1)
                 except DynLockError as exc:
                     attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
                         raise
-                    error, look = exc, None  # try the write again: it recognises itself
+                    error = exc  # try the write again: it recognises itself
                 else:
                     token = int(reply["Attributes"][it.FENCE]["N"])
                     lease = self._new_lease(key, stored, attempt, token, terms, sent, expires)
-                    kept, item_now = (True, None) if clock_was_known else self._restamp(lease, attempt, expires, sent)
+                    if clock_was_known:
+                        kept, item_now = True, None
+                    else:
+                        kept, item_now = yield Send(functools.partial(self._restamp, lease, attempt, expires, sent))
                     attempt.seq = lease.upkeep.seq  # a restamp is a write of this acquisition too
                     if kept and lease.is_held:
                         return lease
@@ -165,19 +189,16 @@ class Acquiring(Holding):
                         if not stale and (tries == 0 or time.monotonic() < terms.give_up_at):
                             stale = True
                             continue
-                        error, look = (
-                            BackendError("acquired, but too late to use (was this thread starved?)", retryable=True),
-                            None,
-                        )
+                        error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
                     else:
-                        look = lambda: item_now  # noqa: E731, B023 (taken while we restamped: busy; called in this iteration)
+                        seen = item_now  # taken while we restamped: busy
             else:
                 # Sent once: the loop is the retry, and a read tried three times could
                 # outlast the wait by two request timeouts.
-                look = lambda: self._store.get_item(stored, attempts=1)  # noqa: E731
-            if look is not None:
+                look = functools.partial(self._store.get_item, stored, attempts=1)
+            if look is not None or seen is not UNSEEN:
                 try:
-                    item = look()
+                    item = cast("dict[str, Any] | None", seen if look is None else (yield Send(look)))
                 except DynLockError as read_error:
                     if not getattr(read_error, "retryable", False):
                         raise
@@ -187,6 +208,10 @@ class Acquiring(Holding):
                         last_item = item
                         watch = self._waiting.observe(watch, item, time.monotonic(), attempt.owner)
                         self._waiting.remember(stored, watch)
+                        if watch is not None and watch.holder is not None:
+                            if last_holder is not None and watch.holder != last_holder:
+                                handoffs += 1
+                            last_holder = watch.holder
                         if item:
                             # Every acquire, takeovers included, removes the reservation.
                             attempt.reserved = item.get(it.RESERVED_BY, {}).get("S") == attempt.owner
@@ -196,7 +221,9 @@ class Acquiring(Holding):
                             and self._waiting.starving(item, attempt.owner, holders_seen, began)
                         ):
                             attempt.reserved = True  # it may land even if we are interrupted: then give it back
-                            attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
+                            attempt.reserved = yield Send(
+                                functools.partial(self._reserve, stored, attempt.owner, item[it.OWNER]["S"])
+                            )
             now = time.monotonic()
             if (
                 write
@@ -215,7 +242,12 @@ class Acquiring(Holding):
                     raise error
                 info = self._info(last_item)
                 raise LockNotAcquired(
-                    key, holder=info, retry_after=self._waiting.retry_after(info, last_item, watch), waited=now - began
+                    key,
+                    holder=info,
+                    retry_after=self._waiting.retry_after(
+                        info, last_item, watch, handoffs=handoffs, waited=now - began
+                    ),
+                    waited=now - began,
                 )
             free = watch is None and error is None
             # An earlier attempt of ours, delayed in the network, may have landed after
@@ -230,6 +262,7 @@ class Acquiring(Holding):
             # so is one that failed on a key that looked free (or ours) a moment later.
             write = write and (error is not None or free or ours)
             reserved_looks = reserved_looks + 1 if attempt.reserved else 0
+            throttled = throttled + 1 if is_throttling(error) else 0
             if self._waiting.looks_by_writing(reserved_looks, self._store.returns_item_on_failure):
                 write = True
             delay = self._waiting.poll_delay(
@@ -241,9 +274,10 @@ class Acquiring(Holding):
                 watch=watch,
                 now=now,
                 give_up_at=terms.give_up_at,
+                throttled=throttled,
             )
             tries += 1
-            time.sleep(delay)
+            yield Sleep(delay)
 
     def _acquire_request(
         self,

@@ -107,14 +107,15 @@ def fenced_write_after_pause(endpoint_url: str, table: str, report: str) -> None
 
 def hold_then_release(endpoint_url: str, table: str, key: str, report: str, seconds: float) -> None:
     """Hold ``key`` with the default lease (renewed by the heartbeat) for ``seconds``, then
-    release it; report when each happened (wall clock, to compare across processes)."""
+    release it; report when it acquired and when it began to release (wall clock, to
+    compare across processes)."""
     client = client_for(endpoint_url, table, lease_duration=30.0, heartbeat_period=10.0)
     lease = client.acquire(key, wait=10)
     with open(report, "a", buffering=1) as out:
         out.write(f"ACQUIRED {time.time():.6f}\n")
         time.sleep(seconds)
+        out.write(f"RELEASING {time.time():.6f}\n")
         lease.release()
-        out.write(f"RELEASED {time.time():.6f}\n")
     client.close()
     os._exit(0)
 
