@@ -6,6 +6,7 @@ policy (waiting.py); the requests themselves are built in requests.py.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import logging
 import os
@@ -49,6 +50,11 @@ class Terms:
     holder: Mapping[str, Any] | None
 
 
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class Acquiring(Holding):
     """Acquire one key, waiting as the wait policy says."""
 
@@ -84,6 +90,79 @@ class Acquiring(Holding):
             raise
         self._start_holding(lease, waited=time.monotonic() - started)
         return lease
+
+    async def _acquire_async(
+        self,
+        key: str,
+        stored: str,
+        wait: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+    ) -> Lease:
+        """``_acquire`` for asyncio: the same steps, driven by ``steps.run_async``.
+
+        The in-process gate is not waited on with a blocked thread per coroutine (what
+        this path exists to avoid): a coroutine that finds it taken sleeps until the
+        gate is left, or its wait is over.
+        """
+        started = time.monotonic()
+        give_up_at = started + wait
+        loop = asyncio.get_running_loop()
+        try:
+            await self._enter_gate_async(key, stored, started, give_up_at)
+            try:
+                if not self._store.built:  # built on a pool thread: it reads files, resolves credentials
+                    await loop.run_in_executor(self._executors.waiting, lambda: self._store.boto)
+                attempt = Attempt(owner=self._new_owner())
+                terms = Terms(give_up_at, lease_seconds, holder)
+
+                def interrupted() -> None:
+                    attempt.ambiguous = True  # cancelled with a write in flight: it may land
+
+                try:
+                    lease = await steps.run_async(
+                        self._acquire_steps(key, stored, terms, attempt, single=False),
+                        self._executors.waiting,
+                        interrupted=interrupted,
+                    )
+                except BaseException:
+                    undo = loop.run_in_executor(self._executors.holding, self._abandon, stored, attempt)
+                    await asyncio.shield(undo)
+                    raise
+                self._waiting.remember(stored, None)
+            except BaseException:
+                self._keylocks.leave(stored)
+                raise
+        except LockNotAcquired as busy:
+            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            raise
+        self._start_holding(lease, waited=time.monotonic() - started)
+        return lease
+
+    async def _enter_gate_async(self, key: str, stored: str, started: float, give_up_at: float) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._keylocks.enter(stored, 0):
+            now = time.monotonic()
+            if now >= give_up_at:
+                local = self._local_holder(stored)
+                raise LockNotAcquired(
+                    key, holder=local, retry_after=local.lease_seconds if local else None, waited=now - started
+                )
+            left: asyncio.Future[None] = loop.create_future()
+
+            def on_leave(left: asyncio.Future[None] = left) -> None:
+                try:
+                    loop.call_soon_threadsafe(_settle, left)
+                except RuntimeError:  # the loop has closed: nobody waits any more
+                    pass
+
+            unwatch = self._keylocks.watch(stored, on_leave)
+            try:
+                if self._keylocks.enter(stored, 0):  # left between our look and the watch
+                    return
+                await asyncio.wait([left], timeout=give_up_at - now)
+            finally:
+                unwatch()
 
     def _acquire_remote(
         self,

@@ -92,6 +92,11 @@ class Store:
         return self._boto
 
     @property
+    def built(self) -> bool:
+        """Whether the boto3 client exists yet (building it reads files: not on an event loop)."""
+        return self._boto is not None
+
+    @property
     def region(self) -> str | None:
         """The region as boto3 resolved it (it may come from the host's environment), once built."""
         return self._boto.meta.region_name if self._boto is not None else self.options.region_name
