@@ -371,3 +371,23 @@ def test_retry_after_estimates_the_wait_from_the_hold_seen(dynlock):
         holder.release()
     assert 0 < young.value.retry_after <= 2.5, young.value.retry_after  # held ~0.5 s (+ the clock's uncertainty)
     assert 3.0 <= older.value.retry_after <= 30, older.value.retry_after  # held ~3.5 s
+
+
+def test_retry_after_from_the_handoffs_a_waiter_saw(mock_dynlock):
+    # Holders that came and went while we waited held the key about waited / handoffs each.
+    holder = mock_dynlock.acquire("handed-on", lease=30.0)
+    waiter = other_client(mock_dynlock)
+    try:
+        stored = waiter.options.prefixed("handed-on")
+        item = waiter._store.get_item(stored)
+        info = waiter._info(item)
+        watch = waiter._waiting.observe(None, item, time.monotonic(), "someone-else")
+        assert waiter._waiting.retry_after(info, item, watch, handoffs=4, waited=2.0) == pytest.approx(0.5)
+        # A holder seen for 3 s: about as long again, never past the holder's expiry.
+        watch.held_since -= 3.0
+        assert waiter._waiting.retry_after(info, item, watch) == pytest.approx(3.0, abs=0.5)
+        watch.held_since -= 100.0
+        assert waiter._waiting.retry_after(info, item, watch) <= 30.0
+    finally:
+        waiter.close()
+        holder.release()
