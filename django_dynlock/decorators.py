@@ -394,6 +394,16 @@ class dynamo_lock:
             return client.acquire(keys[0], wait=self.wait, lease=self.lease, holder=holder)
         return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder)
 
+    async def _acquire_async(self, keys: list[str], holder: Mapping[str, Any]) -> Handle:
+        """Waits without holding a thread (one key; several keys still wait on a thread)."""
+        if len(keys) == 1:
+            return await self._client().acquire_async(keys[0], wait=self.wait, lease=self.lease, holder=holder)
+        return await _acquire_in_thread(lambda: self._acquire(keys, holder))
+
+    async def _finish_async(self, handle: Handle, error: BaseException | None) -> None:
+        """``_finish`` on the client's holders' pool: a release never queues behind waiters."""
+        await self._client().run_for_holder(self._finish, handle, error)
+
     def _busy(self, error: LockNotAcquired, request: HttpRequest | None, args: Sequence[Any] = ()) -> Any:
         policy = self.on_busy
         if policy is None:
@@ -474,7 +484,7 @@ class dynamo_lock:
                 request = _find_request(args)
                 holder = _holder(func, request, self.holder, args)
                 try:
-                    handle = await _acquire_in_thread(lambda: self._acquire(resolved, holder))
+                    handle = await self._acquire_async(resolved, holder)
                 except LockNotAcquired as error:
                     return self._busy(error, request, args)
                 except BackendError as error:
@@ -488,9 +498,7 @@ class dynamo_lock:
                     raise
                 finally:
                     _held.reset(token)
-                    await asyncio.shield(
-                        asyncio.get_running_loop().run_in_executor(None, self._finish, handle, failure)
-                    )
+                    await self._finish_async(handle, failure)
 
             return cast(F, async_wrapper)
 
@@ -571,7 +579,7 @@ class dynamo_lock:
         entered = handle is None
         if handle is None:
             holder = _holder(None, None, self.holder)
-            handle = await _acquire_in_thread(lambda: self._acquire(keys, holder))
+            handle = await self._acquire_async(keys, holder)
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 
@@ -581,7 +589,7 @@ class dynamo_lock:
         entry, entered, token = _pop_context(self)
         _held.reset(token)
         if entered:
-            await asyncio.shield(asyncio.get_running_loop().run_in_executor(None, self._finish, entry.handle, exc))
+            await self._finish_async(entry.handle, exc)
 
 
 # A `with` block's state lives in a context variable, not on the dynamo_lock object,

@@ -3,16 +3,24 @@
 from __future__ import annotations
 
 import datetime as dt
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
-from django_dynlock import LockNotAcquired
+from django_dynlock import BackendError, LockNotAcquired
 from django_dynlock.engine import waiting
+from django_dynlock.engine.store import backoff
 from django_dynlock.management import formatting
+from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client
 from tests.support.calls import count_calls
+from tests.support.clients import client_for
+from tests.support.polling import wait_for
+from tests.support.tables import fresh_table
 from tests.test_engine import other_client
 
 
@@ -219,3 +227,167 @@ def test_a_reservation_only_lands_under_the_holder_it_was_made_for(dynlock):
     assert dynlock._reserve("turn", "waiter", "later-holder")
     assert boto.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]["reserved_by"]["S"] == "waiter"
     assert not dynlock._reserve("turn", "other-waiter", "later-holder")  # one reservation at a time
+
+
+def test_the_pauses_after_1100_polls(mock_dynlock):
+    # The 1,025th pause computed 2**1024 before it capped: OverflowError.
+    policy = mock_dynlock._waiting
+    options = mock_dynlock.options
+    for tries in (1100, 10**6):
+        assert options.min_retry_delay / 2 <= backoff(options, tries) <= options.max_retry_delay
+        now = time.monotonic()
+        pause = policy.poll_delay(
+            tries=tries, reserved=False, took=0.001, error=None, item=None, watch=None, now=now, give_up_at=now + 60
+        )
+        assert 0 < pause <= 10 * options.max_retry_delay * 1.25
+        assert 0 < policy.transaction_delay(tries=tries, seen=[], now=now, give_up_at=now + 60) <= 1
+
+
+def test_one_wait_past_1100_polls_acquires(mock_dynlock, monkeypatch):
+    # The 1,025th pause computed 2**1024 before it capped: OverflowError after 24.5 s at
+    # the default delays. Short delays reach that poll within seconds (the count is what
+    # overflowed, not the time): short retry delays, and no pause that grows with the
+    # hold's age (which keeps one holder's waiter far below 1,024 polls). The holder
+    # releases once the waiter has polled 1,100 times.
+    for constant in ("HOLD_SLACK", "HOLD_SHARE", "HOLD_RAMP"):
+        monkeypatch.setattr(waiting, constant, 0.0)
+    holder = mock_dynlock.acquire("long-wait")
+    waiter = other_client(mock_dynlock, min_retry_delay=0.0005, max_retry_delay=0.0005)
+    try:
+        with count_calls(waiter) as calls:
+
+            def release_after_1100_polls():
+                deadline = time.monotonic() + 25
+                while calls["GetItem"] <= 1100 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                holder.release()
+
+            releaser = threading.Thread(target=release_after_1100_polls)
+            releaser.start()
+            try:
+                waiter.acquire("long-wait", wait=30).release()
+            finally:
+                releaser.join(30)
+        assert calls["GetItem"] > 1100, calls
+    finally:
+        waiter.close()
+        if holder.is_held:
+            holder.release()
+
+
+def _hold_in_child(endpoint_url: str, table: str, key: str, report: Path, seconds: float) -> subprocess.Popen:
+    """Another process holds ``key`` for ``seconds``, then releases it (tests/support/workers.py)."""
+    child = subprocess.Popen(
+        [sys.executable, "-m", "tests.support.workers", "hold", endpoint_url, table, key, str(report), str(seconds)],
+        cwd=Path(__file__).resolve().parent.parent,
+    )
+    wait_for(
+        lambda: child.poll() is not None or (report.exists() and "ACQUIRED" in report.read_text()),
+        30,
+        "the holder process to acquire",
+    )
+    assert child.poll() is None, "the holder process ended before it acquired"
+    return child
+
+
+def _reported(report: Path, event: str) -> float:
+    return float(next(line.split()[1] for line in report.read_text().splitlines() if line.startswith(event)))
+
+
+@pytest.mark.slow
+def test_a_waiter_waits_60_s_for_a_key_another_process_holds_40_s(dynamodb_local_server, settings, tmp_path):
+    # issue 28: one wait that long crashed after 1,024 polls; the cost of waiting follows
+    # the hold's age: <= 80 requests in all, and the key is ours within 0.1 s + 5 % of
+    # the hold after the release (was: 1,000+ reads, OverflowError at 24.5 s).
+    endpoint = dynamodb_local_server.endpoint_url
+    report = tmp_path / "holder.log"
+    with fresh_table(settings, endpoint) as client:
+        waiter = client_for(endpoint, client.options.table_name, lease_duration=30.0, heartbeat_period=10.0)
+        waiter.try_acquire("warm").release()  # the boto3 client is built, DynamoDB's clock known
+        child = _hold_in_child(endpoint, client.options.table_name, "long-hold", report, 40)
+        try:
+            with count_calls(waiter) as calls:
+                lease = waiter.acquire("long-hold", wait=60)
+            acquired = time.time()
+            lease.release()
+            assert child.wait(10) == 0
+        finally:
+            waiter.close()
+            if child.poll() is None:
+                child.kill()
+                child.wait(10)
+    held = _reported(report, "RELEASING") - _reported(report, "ACQUIRED")
+    late = acquired - _reported(report, "RELEASING")
+    assert held >= 40
+    assert sum(calls.values()) <= 80, calls
+    assert 0 < late <= 0.1 + 0.05 * held, f"acquired {late:.3f}s after a {held:.1f}s hold ended ({calls})"
+
+
+def _requests_while_waiting(proxy, waiter, holder, key: str, seconds: float) -> int:
+    """Requests the waiter sends (all through ``proxy``) in one wait of ``seconds`` on a fresh hold of ``key``."""
+    lease = holder.acquire(key, wait=0)
+    try:
+        before = proxy.requests_seen
+        with pytest.raises((LockNotAcquired, BackendError)):
+            waiter.acquire(key, wait=seconds)
+        return proxy.requests_seen - before
+    finally:
+        lease.release()
+
+
+def test_throttled_waiters_back_off(dynlock):
+    # issue 28: throttled looks were retried three times within ~30 ms, then the waiter
+    # looked again within 25 ms: throttled waiters sent more requests, not fewer. Each
+    # throttled look in a row now doubles the next pause (reads are sent once).
+    # Two fresh holds of 3 s each way (a waiter's first looks are the quickest): some 40
+    # requests unthrottled. The proxy's draws are seeded, so a run can be replayed.
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60, seed=28) as proxy:
+        waiter = client_for(proxy.endpoint_url, dynlock.options.table_name)
+        try:
+            waiter.try_acquire("warm").release()  # the boto3 client is built, DynamoDB's clock known
+            calm = sum(_requests_while_waiting(proxy, waiter, dynlock, f"calm{n}", 3.0) for n in range(2))
+            proxy.set_rates({"throttle": 0.5}, operations=["GetItem", "UpdateItem"])
+            throttled = sum(_requests_while_waiting(proxy, waiter, dynlock, f"throttled{n}", 3.0) for n in range(2))
+        finally:
+            proxy.set_rates({})
+            waiter.close()
+    assert throttled <= 0.7 * calm, f"{throttled} requests in 2 x 3 s at 50 % throttled, {calm} unthrottled"
+
+
+def test_retry_after_estimates_the_wait_from_the_hold_seen(dynlock):
+    # issue 28: a busy key's hint was the time to its expiry, about the whole lease (30 s
+    # for a key that frees in 0.5 s). Now: about as long again as the key has been held.
+    holder = dynlock.acquire("estimate", lease=30.0)
+    waiter = other_client(dynlock)
+    try:
+        waiter.try_acquire("warm").release()  # DynamoDB's clock known
+        with pytest.raises(LockNotAcquired) as young:
+            waiter.acquire("estimate", wait=0.5)
+        time.sleep(2.5)
+        with pytest.raises(LockNotAcquired) as older:
+            waiter.acquire("estimate", wait=0.5)
+    finally:
+        waiter.close()
+        holder.release()
+    assert 0 < young.value.retry_after <= 2.5, young.value.retry_after  # held ~0.5 s (+ the clock's uncertainty)
+    assert 3.0 <= older.value.retry_after <= 30, older.value.retry_after  # held ~3.5 s
+
+
+def test_retry_after_from_the_handoffs_a_waiter_saw(mock_dynlock):
+    # Holders that came and went while we waited held the key about waited / handoffs each.
+    holder = mock_dynlock.acquire("handed-on", lease=30.0)
+    waiter = other_client(mock_dynlock)
+    try:
+        stored = waiter.options.prefixed("handed-on")
+        item = waiter._store.get_item(stored)
+        info = waiter._info(item)
+        watch = waiter._waiting.observe(None, item, time.monotonic(), "someone-else")
+        assert waiter._waiting.retry_after(info, item, watch, handoffs=4, waited=2.0) == pytest.approx(0.5)
+        # A holder seen for 3 s: about as long again, never past the holder's expiry.
+        watch.held_since -= 3.0
+        assert waiter._waiting.retry_after(info, item, watch) == pytest.approx(3.0, abs=0.5)
+        watch.held_since -= 100.0
+        assert waiter._waiting.retry_after(info, item, watch) <= 30.0
+    finally:
+        waiter.close()
+        holder.release()

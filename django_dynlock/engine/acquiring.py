@@ -6,6 +6,8 @@ policy (waiting.py); the requests themselves are built in requests.py.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 import os
 import socket
@@ -14,15 +16,18 @@ import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
+from . import steps
+from .failures import is_throttling
 from .holding import Holding
 from .lease import Lease
+from .steps import Send, Sleep, Steps
 from .waiting import Attempt
 
 logger = logging.getLogger("django_dynlock")
@@ -31,6 +36,8 @@ logger = logging.getLogger("django_dynlock")
 # expiry with this host's wall clock (see _restamp). A wall clock this far (seconds)
 # from DynamoDB's is worth a warning.
 CLOCK_WARNING = 1.0
+# No look at the key in this round of the loop (an item of None means: no item).
+UNSEEN = object()
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,11 @@ class Terms:
     give_up_at: float
     lease_seconds: float
     holder: Mapping[str, Any] | None
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Acquiring(Holding):
@@ -79,6 +91,79 @@ class Acquiring(Holding):
         self._start_holding(lease, waited=time.monotonic() - started)
         return lease
 
+    async def _acquire_async(
+        self,
+        key: str,
+        stored: str,
+        wait: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+    ) -> Lease:
+        """``_acquire`` for asyncio: the same steps, driven by ``steps.run_async``.
+
+        The in-process gate is not waited on with a blocked thread per coroutine (what
+        this path exists to avoid): a coroutine that finds it taken sleeps until the
+        gate is left, or its wait is over.
+        """
+        started = time.monotonic()
+        give_up_at = started + wait
+        loop = asyncio.get_running_loop()
+        try:
+            await self._enter_gate_async(key, stored, started, give_up_at)
+            try:
+                if not self._store.built:  # built on a pool thread: it reads files, resolves credentials
+                    await loop.run_in_executor(self._executors.waiting, lambda: self._store.boto)
+                attempt = Attempt(owner=self._new_owner())
+                terms = Terms(give_up_at, lease_seconds, holder)
+
+                def interrupted() -> None:
+                    attempt.ambiguous = True  # cancelled with a write in flight: it may land
+
+                try:
+                    lease = await steps.run_async(
+                        self._acquire_steps(key, stored, terms, attempt, single=False),
+                        self._executors.waiting,
+                        interrupted=interrupted,
+                    )
+                except BaseException:
+                    undo = loop.run_in_executor(self._executors.holding, self._abandon, stored, attempt)
+                    await asyncio.shield(undo)
+                    raise
+                self._waiting.remember(stored, None)
+            except BaseException:
+                self._keylocks.leave(stored)
+                raise
+        except LockNotAcquired as busy:
+            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            raise
+        self._start_holding(lease, waited=time.monotonic() - started)
+        return lease
+
+    async def _enter_gate_async(self, key: str, stored: str, started: float, give_up_at: float) -> None:
+        loop = asyncio.get_running_loop()
+        while not self._keylocks.enter(stored, 0):
+            now = time.monotonic()
+            if now >= give_up_at:
+                local = self._local_holder(stored)
+                raise LockNotAcquired(
+                    key, holder=local, retry_after=local.lease_seconds if local else None, waited=now - started
+                )
+            left: asyncio.Future[None] = loop.create_future()
+
+            def on_leave(left: asyncio.Future[None] = left) -> None:
+                try:
+                    loop.call_soon_threadsafe(_settle, left)
+                except RuntimeError:  # the loop has closed: nobody waits any more
+                    pass
+
+            unwatch = self._keylocks.watch(stored, on_leave)
+            try:
+                if self._keylocks.enter(stored, 0):  # left between our look and the watch
+                    return
+                await asyncio.wait([left], timeout=give_up_at - now)
+            finally:
+                unwatch()
+
     def _acquire_remote(
         self,
         key: str,
@@ -89,7 +174,7 @@ class Acquiring(Holding):
     ) -> Lease:
         attempt = Attempt(owner=self._new_owner())
         try:
-            lease = self._acquire_loop(key, stored, terms, attempt, single=single)
+            lease = steps.run(self._acquire_steps(key, stored, terms, attempt, single=single))
         except BaseException:
             # However we leave (busy, an error, SystemExit, a task's time limit): undo an
             # attempt that may have landed unseen, and give up our reserved turn.
@@ -98,7 +183,7 @@ class Acquiring(Holding):
         self._waiting.remember(stored, None)
         return lease
 
-    def _acquire_loop(
+    def _acquire_steps(
         self,
         key: str,
         stored: str,
@@ -106,7 +191,9 @@ class Acquiring(Holding):
         attempt: Attempt,
         *,
         single: bool,
-    ) -> Lease:
+    ) -> Steps[Lease]:
+        """The acquire loop, as steps for a driver (steps.py): it sends nothing and never
+        sleeps itself, so that threads and asyncio run the same decisions."""
         # A waiter writes only when its last look showed the key free, the holder's
         # expiry past by DynamoDB's clock, or its rvn unchanged for a whole lease. In
         # between it watches with consistent reads: a read costs a fifth of a write, is
@@ -121,12 +208,17 @@ class Acquiring(Holding):
         holders_seen: set[str] = set()
         reserved_looks = 0
         seen_busy = False  # a look of this call showed the key held by someone else
+        last_holder: str | None = None
+        handoffs = 0  # holders that followed one another while we waited: Retry-After's estimate
+        throttled = 0  # looks in a row that DynamoDB throttled
         while True:
             due = self._waiting.takeover_in(last_item, watch, time.monotonic())
             if due is not None and due <= 0:
                 write = True
             error: DynLockError | None = None
-            look: Callable[[], dict[str, Any] | None] | None
+            # How we learn what the key holds now: a read to send, or an item at hand.
+            look: Callable[[], dict[str, Any] | None] | None = None
+            seen: dict[str, Any] | None | object = UNSEEN
             looked_at = time.monotonic()
             clock_was_known = self.clock.known
             if write:
@@ -135,26 +227,38 @@ class Acquiring(Holding):
                 params, expires = self._acquire_request(stored, attempt, terms, takeover)
                 sent = time.monotonic()
                 try:
-                    reply = self._store.call(
-                        "update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params
+                    reply = yield Send(
+                        functools.partial(
+                            self._store.call,
+                            "update_item",
+                            "acquire a lock",
+                            attempts=1,
+                            ReturnValues="ALL_NEW",
+                            **params,
+                        )
                     )
                 except ClientError as exc:
                     # Where the server returns no item (dynalite) reading it costs a call:
                     # try_acquire skips it, unless only a watch of the holder's record
                     # version (kept between calls) can ever take the key over.
                     seen_busy = True  # the condition failed: the key is not ours to take now
-                    failed = exc
-                    read = not single or not self.clock.known
-                    look = lambda: self._store.old_item(failed, stored, read=read)  # noqa: E731, B023 (called in this iteration)
+                    # Past the wait, only the first attempt's read: ``wait`` is a bound.
+                    seen = self._store.old_item(exc, stored, read=False)
+                    read = (not single or not self.clock.known) and (tries == 0 or time.monotonic() < terms.give_up_at)
+                    if seen is None and read:
+                        look = functools.partial(self._store.old_item, exc, stored, attempts=1)
                 except DynLockError as exc:
                     attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
                         raise
-                    error, look = exc, None  # try the write again: it recognises itself
+                    error = exc  # try the write again: it recognises itself
                 else:
                     token = int(reply["Attributes"][it.FENCE]["N"])
                     lease = self._new_lease(key, stored, attempt, token, terms, sent, expires)
-                    kept, item_now = (True, None) if clock_was_known else self._restamp(lease, attempt, expires, sent)
+                    if clock_was_known:
+                        kept, item_now = True, None
+                    else:
+                        kept, item_now = yield Send(functools.partial(self._restamp, lease, attempt, expires, sent))
                     attempt.seq = lease.upkeep.seq  # a restamp is a write of this acquisition too
                     if kept and lease.is_held:
                         return lease
@@ -163,20 +267,19 @@ class Acquiring(Holding):
                         # about a lease. Never hand out a lease that has already ended: write
                         # again (it recognises itself and starts a fresh lease), once at once.
                         attempt.ambiguous = True
-                        if not stale:
+                        if not stale and (tries == 0 or time.monotonic() < terms.give_up_at):
                             stale = True
                             continue
-                        error, look = (
-                            BackendError("acquired, but too late to use (was this thread starved?)", retryable=True),
-                            None,
-                        )
+                        error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
                     else:
-                        look = lambda: item_now  # noqa: E731, B023 (taken while we restamped: busy; called in this iteration)
+                        seen = item_now  # taken while we restamped: busy
             else:
-                look = lambda: self._store.get_item(stored)  # noqa: E731
-            if look is not None:
+                # Sent once: the loop is the retry, and a read tried three times could
+                # outlast the wait by two request timeouts.
+                look = functools.partial(self._store.get_item, stored, attempts=1)
+            if look is not None or seen is not UNSEEN:
                 try:
-                    item = look()
+                    item = cast("dict[str, Any] | None", seen if look is None else (yield Send(look)))
                 except DynLockError as read_error:
                     if not getattr(read_error, "retryable", False):
                         raise
@@ -189,6 +292,10 @@ class Acquiring(Holding):
                         )
                         watch = self._waiting.observe(watch, item, time.monotonic(), attempt.owner)
                         self._waiting.remember(stored, watch)
+                        if watch is not None and watch.holder is not None:
+                            if last_holder is not None and watch.holder != last_holder:
+                                handoffs += 1
+                            last_holder = watch.holder
                         if item:
                             # Every acquire, takeovers included, removes the reservation.
                             attempt.reserved = item.get(it.RESERVED_BY, {}).get("S") == attempt.owner
@@ -198,7 +305,9 @@ class Acquiring(Holding):
                             and self._waiting.starving(item, attempt.owner, holders_seen, began)
                         ):
                             attempt.reserved = True  # it may land even if we are interrupted: then give it back
-                            attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
+                            attempt.reserved = yield Send(
+                                functools.partial(self._reserve, stored, attempt.owner, item[it.OWNER]["S"])
+                            )
             now = time.monotonic()
             if (
                 write
@@ -218,7 +327,12 @@ class Acquiring(Holding):
                     raise error
                 info = self._info(last_item)
                 raise LockNotAcquired(
-                    key, holder=info, retry_after=self._waiting.retry_after(info, last_item, watch), waited=now - began
+                    key,
+                    holder=info,
+                    retry_after=self._waiting.retry_after(
+                        info, last_item, watch, handoffs=handoffs, waited=now - began
+                    ),
+                    waited=now - began,
                 )
             free = watch is None and error is None
             # An earlier attempt of ours, delayed in the network, may have landed after
@@ -233,6 +347,7 @@ class Acquiring(Holding):
             # so is one that failed on a key that looked free (or ours) a moment later.
             write = write and (error is not None or free or ours)
             reserved_looks = reserved_looks + 1 if attempt.reserved else 0
+            throttled = throttled + 1 if is_throttling(error) else 0
             if self._waiting.looks_by_writing(reserved_looks, self._store.returns_item_on_failure):
                 write = True
             delay = self._waiting.poll_delay(
@@ -244,9 +359,10 @@ class Acquiring(Holding):
                 watch=watch,
                 now=now,
                 give_up_at=terms.give_up_at,
+                throttled=throttled,
             )
             tries += 1
-            time.sleep(delay)
+            yield Sleep(delay)
 
     def _acquire_request(
         self,

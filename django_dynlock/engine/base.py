@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import ClientClosed
 from .clock import DRIFT, ServerClock
+from .executors import Executors
 from .failures import safe_endpoint
 from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
 from .items import LeaseInfo
@@ -70,6 +71,8 @@ class ClientBase:
         self._store = self._store.fresh_copy(self.clock)  # and a parent's boto3 client is not the child's
         self._waiting = WaitPolicy(self.options, self.clock)
         self._heartbeater = Heartbeater(self._heartbeat, name=THREAD_NAME_PREFIX + self.options.alias)
+        # Thread pools for asyncio callers (a parent's threads do not exist in a child).
+        self._executors = Executors(f"dynlock-{self.options.alias}")
 
     def _after_fork(self) -> None:
         # A child shares none of its parent's leases: the parent keeps renewing them,

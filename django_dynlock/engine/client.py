@@ -11,11 +11,13 @@ sent by store.py, and the waiting decided in waiting.py.
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import functools
 import logging
 import os
-from collections.abc import Iterable, Iterator, Mapping
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
@@ -34,6 +36,8 @@ from .table import TableStatus, create_table, describe_table
 logger = logging.getLogger("django_dynlock")
 
 __all__ = ["Handover", "Listener", "LockClient"]
+
+T = TypeVar("T")
 
 
 class LockClient(MultiKey, Breaking, HandingOver):
@@ -92,6 +96,28 @@ class LockClient(MultiKey, Breaking, HandingOver):
         stored = self.options.prefixed(key)
         it.holder_map(holder)  # refused before any request if too large
         return self._acquire(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False)
+
+    async def acquire_async(
+        self,
+        key: str,
+        *,
+        wait: float | None = None,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+    ) -> Lease:
+        """``acquire()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no thread
+        while it does; each request runs on this client's own bounded thread pool."""
+        self._check_open()
+        stored = self.options.prefixed(key)
+        it.holder_map(holder)
+        return await self._acquire_async(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+
+    async def run_for_holder(self, function: Callable[..., T], *args: Any) -> T:
+        """Run ``function(*args)`` (a release, say) on the holders' thread pool, which
+        waiters never fill: a release does not queue behind them. Finishes even if the
+        caller is cancelled meanwhile."""
+        loop = asyncio.get_running_loop()
+        return await asyncio.shield(loop.run_in_executor(self._executors.holding, functools.partial(function, *args)))
 
     def try_acquire(
         self,
@@ -274,6 +300,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
                     logger.info("while closing, releasing %r failed: %s", lease, exc)
         self._closed = True
         self._heartbeater.stop()
+        self._executors.shutdown()
         # Leases we keep are no longer renewed: their holders must not trust them.
         for lease in list(self._held):
             self._lose(lease, "closed", "the lock client was closed")

@@ -45,6 +45,8 @@ RETRYABLE_CODES = frozenset(
         "TransactionInProgressException",
     }
 )
+# DynamoDB is short of capacity (a partition's, the table's, or the account's): back off.
+THROTTLING_CODES = frozenset({"ProvisionedThroughputExceededException", "ThrottlingException", "RequestLimitExceeded"})
 CREDENTIAL_CODES = frozenset(
     {
         "UnrecognizedClientException",
@@ -171,3 +173,8 @@ def translate(
     if isinstance(exc, BotoCoreError):
         return BackendError(f"DynamoDB client error while trying to {action}: {type(exc).__name__}", retryable=True)
     raise exc
+
+
+def is_throttling(error: BaseException | None) -> bool:
+    """Whether a (translated) error says DynamoDB throttled the request."""
+    return getattr(error, "code", None) in THROTTLING_CODES

@@ -8,6 +8,7 @@ poll DynamoDB, and a release in this process hands over to a local waiter at onc
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from typing import Any
 
 
@@ -17,6 +18,7 @@ class KeyLocks:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._locks: dict[str, list[Any]] = {}  # key -> [threading.Lock, users]
+        self._watchers: dict[str, set[Callable[[], None]]] = {}  # key -> called when it is left
 
     def enter(self, key: str, timeout: float) -> bool:
         with self._lock:
@@ -34,6 +36,27 @@ class KeyLocks:
         if entry is not None and entry[0].locked():
             entry[0].release()
             self._unref(key)
+        with self._lock:
+            watchers = list(self._watchers.get(key, ()))
+        for watcher in watchers:
+            watcher()
+
+    def watch(self, key: str, watcher: Callable[[], None]) -> Callable[[], None]:
+        """Call ``watcher`` (on the leaving thread) whenever ``key`` is left, until the
+        returned function is called: an async waiter's wake-up, so that it need not block
+        a thread in ``enter`` nor poll."""
+        with self._lock:
+            self._watchers.setdefault(key, set()).add(watcher)
+
+        def unwatch() -> None:
+            with self._lock:
+                watchers = self._watchers.get(key)
+                if watchers is not None:
+                    watchers.discard(watcher)
+                    if not watchers:
+                        del self._watchers[key]
+
+        return unwatch
 
     def _unref(self, key: str) -> None:
         with self._lock:

@@ -13,7 +13,7 @@ from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
 from .acquiring import Acquiring, Terms
-from .failures import error_code, safe_endpoint
+from .failures import error_code, is_throttling, safe_endpoint
 from .lease import Lease, LeaseGroup
 from .store import backoff
 from .waiting import Attempt, Watch
@@ -131,6 +131,7 @@ class MultiKey(Acquiring):
         watches: dict[str, Watch | None] = {stored: self._waiting.remembered(stored) for stored in ordered}
         items: dict[str, dict[str, Any] | None] = {}
         tries = 0
+        throttled = 0  # transactions in a row that DynamoDB throttled
         rechecked = False
         started = time.monotonic()
         while True:
@@ -173,7 +174,12 @@ class MultiKey(Acquiring):
                         if reason.get("Code") == "ConditionalCheckFailed":
                             item = reason.get("Item")
                             if item is None:
-                                item = self._store.get_item(stored)
+                                try:
+                                    item = self._store.get_item(stored, attempts=1)  # the loop is the retry
+                                except DynLockError as read_error:
+                                    if not getattr(read_error, "retryable", False):
+                                        raise
+                                    item = items.get(stored)  # we only failed to look: keep what we saw
                             items[stored] = item
                             watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
                             self._waiting.remember(stored, watches[stored])
@@ -203,7 +209,8 @@ class MultiKey(Acquiring):
             now = time.monotonic()
             if now >= terms.give_up_at:
                 if busy is not None:
-                    item = self._store.get_item(busy)
+                    # What the last transaction saw: a read now could outlast the wait.
+                    item = items.get(busy)
                     info = self._info(item)
                     raise LockNotAcquired(
                         by_stored[busy],
@@ -214,11 +221,13 @@ class MultiKey(Acquiring):
                     )
                 assert error is not None
                 raise error
+            throttled = throttled + 1 if is_throttling(error) else 0
             delay = self._waiting.transaction_delay(
                 tries=tries,
                 seen=[(items.get(stored), watches.get(stored)) for stored in ordered],
                 now=now,
                 give_up_at=terms.give_up_at,
+                throttled=throttled,
             )
             tries += 1
             time.sleep(delay)

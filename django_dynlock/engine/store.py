@@ -34,9 +34,15 @@ CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledExcep
 def backoff(options: ClientOptions, attempt: int) -> float:
     """The pause before retry number ``attempt`` (from 0).
 
-    Equal jitter: never zero, never in lockstep with other clients.
+    Equal jitter: never zero, never in lockstep with other clients. The doubling stops
+    once it passes the cap: 2**1024 is past what a float holds, and a long wait polls more often.
     """
-    cap: float = min(options.max_retry_delay, options.min_retry_delay * 2**attempt)
+    step = options.min_retry_delay
+    for _ in range(attempt):
+        if step >= options.max_retry_delay:
+            break
+        step *= 2
+    cap: float = min(options.max_retry_delay, step)
     return cap / 2 + random.uniform(0, cap / 2)
 
 
@@ -84,6 +90,11 @@ class Store:
                     except BotoCoreError as exc:  # no region, an unknown profile, ...
                         raise self.translate(exc, "build the DynamoDB client") from exc
         return self._boto
+
+    @property
+    def built(self) -> bool:
+        """Whether the boto3 client exists yet (building it reads files: not on an event loop)."""
+        return self._boto is not None
 
     @property
     def region(self) -> str | None:
@@ -151,13 +162,17 @@ class Store:
         error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
         return error
 
-    def get_item(self, stored_key: str) -> dict[str, Any] | None:
-        """One consistent read of a key's item."""
-        reply = self.call("get_item", "read a lock", Key=rq.key(self.options, stored_key), ConsistentRead=True)
+    def get_item(self, stored_key: str, *, attempts: int | None = None) -> dict[str, Any] | None:
+        """One consistent read of a key's item (``attempts=1`` in a waiting loop, which is its own retry)."""
+        reply = self.call(
+            "get_item", "read a lock", attempts=attempts, Key=rq.key(self.options, stored_key), ConsistentRead=True
+        )
         item: dict[str, Any] | None = reply.get("Item")
         return item
 
-    def old_item(self, exc: ClientError, stored_key: str, *, read: bool = True) -> dict[str, Any] | None:
+    def old_item(
+        self, exc: ClientError, stored_key: str, *, read: bool = True, attempts: int | None = None
+    ) -> dict[str, Any] | None:
         """The item that made a condition fail: from the reply, or (if ``read``) one consistent read."""
         item: dict[str, Any] | None = exc.response.get("Item")
         if item is not None:
@@ -173,7 +188,7 @@ class Store:
                 "falling back to a consistent GetItem (one extra call per busy attempt)",
                 safe_endpoint(self.options.endpoint_url),
             )
-        return self.get_item(stored_key)
+        return self.get_item(stored_key, attempts=attempts)
 
     def try_update(self, action: str, *, attempts: int | None = None, **params: Any) -> bool | None:
         """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""

@@ -270,3 +270,30 @@ def test_botocore_retries_on_do_not_sleep_botocore_backoff(moto_table):
     assert throttled.fired == 3
     assert sum(1 for r in proxy.log if r.operation == "UpdateItem" and is_release(r.body)) == 4
     assert took < 0.3, f"a release throttled three times took {took:.2f}s"
+
+
+def test_wait_is_a_bound_when_reads_hang(proxied, moto_table):
+    # issue 28: each poll's GetItem carried the whole retry budget (3 tries by default), so
+    # acquire(wait=1) with 2 s read timeouts returned after 6 s. Inside the loop a read is
+    # sent once: the loop is the retry. Bound: wait + one request's timeout (no undo here:
+    # the only write was answered).
+    from django_dynlock import BackendError
+
+    endpoint, table = moto_table
+    proxy, _, rival = proxied
+    config = {**CONFIG, "retries": {"total_max_attempts": 3, "mode": "standard"}}
+    waiter = client_for(proxy.endpoint_url, table, lease_duration=3.0, heartbeat_period=1.0, client_config=config)
+    lease = rival.acquire("hanging-reads", wait=0)
+    try:
+        waiter.acquire("warm", wait=0).release()  # the boto3 client is built, DynamoDB's clock known
+        proxy.add_fault("delay", operation="GetItem", delay_seconds=3 * READ_TIMEOUT, times=1000)
+        started = time.monotonic()
+        with pytest.raises(BackendError):  # its last look failed: said as it is
+            # Its first read, tried three times, ends past 1 s: the second starts just before the end.
+            waiter.acquire("hanging-reads", wait=1.2)
+        took = time.monotonic() - started
+    finally:
+        proxy.clear_faults()
+        waiter.close()
+        lease.release()
+    assert took < 1.2 + READ_TIMEOUT + 0.25, f"acquire(wait=1.2) took {took:.2f}s with every read hanging"

@@ -105,7 +105,24 @@ def fenced_write_after_pause(endpoint_url: str, table: str, report: str) -> None
     os._exit(0)
 
 
+def hold_then_release(endpoint_url: str, table: str, key: str, report: str, seconds: float) -> None:
+    """Hold ``key`` with the default lease (renewed by the heartbeat) for ``seconds``, then
+    release it; report when it acquired and when it began to release (wall clock, to
+    compare across processes)."""
+    client = client_for(endpoint_url, table, lease_duration=30.0, heartbeat_period=10.0)
+    lease = client.acquire(key, wait=10)
+    with open(report, "a", buffering=1) as out:
+        out.write(f"ACQUIRED {time.time():.6f}\n")
+        time.sleep(seconds)
+        out.write(f"RELEASING {time.time():.6f}\n")
+        lease.release()
+    client.close()
+    os._exit(0)
+
+
 if __name__ == "__main__":
     if sys.argv[1] == "fenced":
         fenced_write_after_pause(*sys.argv[2:5])
+    if sys.argv[1] == "hold":
+        hold_then_release(*sys.argv[2:6], float(sys.argv[6]))
     hold_and_report(sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4], float(sys.argv[5]))

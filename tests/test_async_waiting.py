@@ -1,0 +1,113 @@
+"""Async waiters: they wait with asyncio.sleep and hop to the client's own pool per request."""
+
+from __future__ import annotations
+
+import asyncio
+import statistics
+import threading
+import time
+
+import pytest
+
+from django_dynlock import LockNotAcquired, dynamo_lock
+from tests.test_engine import other_client
+
+WAITERS = 60
+
+
+def _threads(prefix: str) -> int:
+    return sum(1 for thread in threading.enumerate() if thread.name.startswith(prefix))
+
+
+def test_sixty_async_waiters_hold_no_thread_and_the_release_does_not_queue(dynlock):
+    # issue 28: the decorator ran each acquire on the loop's default executor (6 threads
+    # here): with 7 or more waiters nothing succeeded for 2 s (the holder's release queued
+    # behind them), and unrelated to_thread work stalled for seconds.
+    sections: list[float] = []
+    replies: list[float] = []
+    busy: list[float] = []
+
+    @dynamo_lock("hot", wait=2)
+    async def section() -> None:
+        sections.append(time.monotonic())
+        await asyncio.sleep(0.1)
+
+    async def request() -> None:
+        started = time.monotonic()
+        try:
+            await section()
+        except LockNotAcquired:
+            busy.append(time.monotonic() - started)
+        replies.append(time.monotonic() - started)
+
+    async def unrelated(latencies: list[float], until: float) -> None:
+        while time.monotonic() < until:
+            sent = time.monotonic()
+            await asyncio.to_thread(lambda: None)
+            latencies.append(time.monotonic() - sent)
+            await asyncio.sleep(0.02)
+
+    async def main() -> tuple[list[float], int]:
+        latencies: list[float] = []
+        began = time.monotonic()
+        probe = asyncio.create_task(unrelated(latencies, began + 2.5))
+        await asyncio.gather(*(request() for _ in range(WAITERS)))
+        pool_threads = _threads(f"dynlock-{dynlock.options.alias}-waiting")
+        await probe
+        return latencies, pool_threads
+
+    latencies, pool_threads = asyncio.run(main())
+    assert len(replies) == WAITERS
+    # Before: 1 section within the wait, 5 more 18 s later, every reply 18-19 s. The
+    # issue's >= 15 is its uvicorn figure; here, on 2 loaded cores, one uncontended
+    # acquire + release takes about 40 ms, and 10-14 sections fit in the 2 s.
+    handoffs = [later - earlier - 0.1 for earlier, later in zip(sections, sections[1:])]
+    assert len(sections) >= 8, f"{len(sections)} of {WAITERS} got the key in 2 s"
+    assert statistics.median(handoffs) <= 0.15, f"handoffs took {handoffs}"
+    assert max(replies) <= 2.6, f"slowest reply {max(replies):.2f}s"
+    assert statistics.quantiles(latencies, n=100)[98] <= 0.2, f"to_thread p99 {max(latencies):.3f}s"
+    assert pool_threads <= 8  # executors.WAITING_THREADS
+
+
+def test_an_async_waiter_takes_a_key_another_client_releases(dynlock):
+    holder = other_client(dynlock)
+    lease = holder.acquire("remote", wait=0)
+
+    async def main() -> float:
+        async def release_soon() -> None:
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(lease.release)
+
+        releasing = asyncio.create_task(release_soon())
+        got = await dynlock.acquire_async("remote", wait=5)
+        await releasing
+        try:
+            assert got.token > lease.token and got.is_held
+        finally:
+            await dynlock.run_for_holder(got.release)
+        return got.token
+
+    try:
+        asyncio.run(main())
+    finally:
+        holder.close()
+
+
+def test_a_cancelled_async_waiter_leaves_nothing_behind(dynlock):
+    holder = other_client(dynlock)
+    lease = holder.acquire("cancelled", wait=0)
+
+    async def main() -> None:
+        waiting = asyncio.create_task(dynlock.acquire_async("cancelled", wait=10))
+        await asyncio.sleep(0.3)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    try:
+        asyncio.run(main())
+        lease.release()
+        # Neither our in-process gate nor a reservation keeps the key from the next caller.
+        dynlock.acquire("cancelled", wait=1).release()
+    finally:
+        holder.close()
