@@ -123,14 +123,14 @@ def test_a_release_whose_reply_was_lost_is_recognised_after_someone_else_came_an
 @pytest.mark.parametrize(
     "faults",
     [
-        # The first look's three quick tries, with most of the wait still ahead.
-        "one look",
-        # The first look's tries, when the wait runs out during that look (its write was
-        # slow): under load this is where the three failures fell in one CI run, and the
-        # wait ended with the read's BackendError although the write had seen the key held.
-        "one look at the deadline",
-        # Every try of every look: the holder is never seen, only the writes' failed conditions.
-        "every look",
+        # The first three reads, with most of the wait still ahead.
+        "first reads",
+        # The read after a write slowed past the wait: in one CI run under load three
+        # failed tries fell there, and the wait ended with the read's BackendError although
+        # the write had seen the key held.
+        "read at the deadline",
+        # Every read: the holder is never seen, only the writes' failed conditions.
+        "every read",
     ],
 )
 def test_a_failing_read_of_the_holder_does_not_end_a_wait(dynalite_server, faults):
@@ -140,22 +140,22 @@ def test_a_failing_read_of_the_holder_does_not_end_a_wait(dynalite_server, fault
     endpoint = dynalite_server.endpoint_url
     table = create_table(endpoint)
     owner = client_for(endpoint, table)
-    wait = 0.1 if faults == "one look at the deadline" else 1.0
+    wait = 0.1 if faults == "read at the deadline" else 1.0
     try:
         held = owner.acquire("busy")
         with FaultProxy(endpoint, max_seconds=60) as proxy:
             waiter = client_for(proxy.endpoint_url, table, client_config=CONFIG)
             try:
-                if faults == "one look at the deadline":
+                if faults == "read at the deadline":
                     # Slower than the wait, within the read timeout.
                     proxy.add_fault("delay", operation="UpdateItem", delay_seconds=0.15)
-                times = 1_000_000 if faults == "every look" else 3
+                times = 1_000_000 if faults == "every read" else 3
                 failing = proxy.add_fault("http500", operation="GetItem", times=times)
                 started = time.monotonic()
                 with pytest.raises(LockNotAcquired):
                     waiter.acquire("busy", wait=wait)
                 assert time.monotonic() - started >= wait
-                assert failing.fired >= 3
+                assert failing.fired >= 1  # each read is sent once: the faults fall in as many looks
             finally:
                 waiter.close()
         held.release()
@@ -277,8 +277,6 @@ def test_wait_is_a_bound_when_reads_hang(proxied, moto_table):
     # acquire(wait=1) with 2 s read timeouts returned after 6 s. Inside the loop a read is
     # sent once: the loop is the retry. Bound: wait + one request's timeout (no undo here:
     # the only write was answered).
-    from django_dynlock import BackendError
-
     endpoint, table = moto_table
     proxy, _, rival = proxied
     config = {**CONFIG, "retries": {"total_max_attempts": 3, "mode": "standard"}}
@@ -288,9 +286,11 @@ def test_wait_is_a_bound_when_reads_hang(proxied, moto_table):
         waiter.acquire("warm", wait=0).release()  # the boto3 client is built, DynamoDB's clock known
         proxy.add_fault("delay", operation="GetItem", delay_seconds=3 * READ_TIMEOUT, times=1000)
         started = time.monotonic()
-        with pytest.raises(BackendError):  # its last look failed: said as it is
-            # Its first read, tried three times, ends past 1 s: the second starts just before the end.
+        # Busy, though its last look failed: its write's failed condition returned the
+        # rival's item (a failed read only hides who holds the key, see docs/protocol.md).
+        with pytest.raises(LockNotAcquired) as busy:
             waiter.acquire("hanging-reads", wait=1.2)
+        assert busy.value.holder is not None and busy.value.holder.token == lease.token
         took = time.monotonic() - started
     finally:
         proxy.clear_faults()
