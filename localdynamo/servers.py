@@ -320,12 +320,15 @@ class LocalServer:
 
     def _terminate_group(self, timeout: float) -> None:
         pgid = self.process.pid  # start_new_session=True: pid == pgid
-        if self.process.poll() is None:
-            _killpg(pgid, signal.SIGTERM)
-            try:
-                self.process.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
+        if self.process.returncode is not None:
+            # Reaped earlier: its id may be another process group's by now (the suite's
+            # processes and threads wrap a 32,768-pid space within minutes). A signal
+            # to it could kill another test worker's server.
+            return
+        _killpg(pgid, signal.SIGTERM)
+        # Wait for the leader to exit without reaping it: while it is a zombie, its id
+        # is still this group's, so the SIGKILL below cannot reach anyone else's.
+        _wait_unreaped(self.process.pid, timeout)
         # Whatever is left in the group (stragglers, or a leader that ignored
         # SIGTERM) gets SIGKILL; ESRCH just means the group is already gone.
         _killpg(pgid, signal.SIGKILL)
@@ -333,6 +336,18 @@ class LocalServer:
             self.process.wait(timeout=timeout)
         except subprocess.TimeoutExpired:  # pragma: no cover - unkillable
             pass
+
+
+def _wait_unreaped(pid: int, timeout: float) -> None:
+    """Wait up to ``timeout`` for ``pid`` (our child) to exit, leaving it to be reaped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            if os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None:
+                return
+        except ChildProcessError:  # reaped meanwhile by someone else
+            return
+        time.sleep(0.02)
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -93,6 +93,8 @@ class AdminServer:
 
     def stop(self) -> None:
         for sig in (signal.SIGTERM, signal.SIGKILL):
+            if self.process.poll() is not None:
+                return  # reaped: its group id may be someone else's by now
             try:
                 os.killpg(self.process.pid, sig)
             except (ProcessLookupError, PermissionError):
