@@ -8,6 +8,7 @@ from __future__ import annotations
 import configparser
 import email.parser
 import os
+import shutil
 import subprocess
 import sys
 import tarfile
@@ -72,12 +73,22 @@ urlpatterns = [path("admin/", admin.site.urls)]
 """
 
 
+# What a checkout holds besides its source: venvs, npm's and the builds' output, caches.
+NOT_SOURCE = (".git", ".venv*", "node_modules", ".demo", "*.egg-info", "build", "dist", "__pycache__", "results")
+
+
 @pytest.fixture(scope="module")
 def dist(tmp_path_factory) -> Path:
     """The sdist and the wheel, built the way a release is (the wheel from the sdist)."""
     out = tmp_path_factory.mktemp("dist")
+    # From a copy of the checkout: setuptools writes its egg-info and the sdist's release
+    # tree in the source folder, where another build (a developer's, another checkout's
+    # test run) would remove them under it. Twice in parallel runs a copy into the tree
+    # failed with "No such file or directory: 'django_dynlock-0.1.0/tests/...'".
+    source = tmp_path_factory.mktemp("source") / "django-dynlock"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(*NOT_SOURCE))
     built = subprocess.run(
-        [sys.executable, "-m", "build", "--outdir", str(out), str(ROOT)], capture_output=True, text=True, timeout=300
+        [sys.executable, "-m", "build", "--outdir", str(out), str(source)], capture_output=True, text=True, timeout=300
     )
     assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
     # setuptools' deprecation warnings (e.g. license classifiers) are part of the output
