@@ -5,9 +5,10 @@ from __future__ import annotations
 import pytest
 from django.core import checks
 
-from django_dynlock import BackendError, get_lock_client
+from django_dynlock import BackendError, TableSchemaError, get_lock_client
 from localdynamo.servers import dummy_client, table_name
 from tests.support.aliases import alias_settings
+from tests.support.commands import fails
 
 
 def table_messages() -> list[checks.CheckMessage]:
@@ -64,6 +65,39 @@ def test_wrong_key_schema(server, settings):
     assert "dynlock.E103" in table_check_ids()
     with pytest.raises(BackendError, match="partition key is 'pk', expected 'key'"):
         get_lock_client().create_table()
+
+
+@pytest.mark.parametrize("key_type", ["S", "N"])
+def test_a_table_keyed_on_another_attribute_is_a_typed_error_at_run_time(server, settings, key_type):
+    # issue 31: each request raised a raw ValidationException; showlocks said "No live leases"
+    name = table_name()
+    key = "pk" if key_type == "S" else "key"  # another name, or our name with another type
+    dummy_client(server.endpoint_url).create_table(
+        TableName=name,
+        BillingMode="PAY_PER_REQUEST",
+        KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": key, "AttributeType": key_type}],
+    )
+    settings.DYNLOCK = {"default": alias_settings(server.endpoint_url, name)}
+    client = get_lock_client()
+    calls = {
+        "acquire": lambda: client.acquire("k"),
+        "try_acquire": lambda: client.try_acquire("k"),
+        "acquire_many": lambda: client.acquire_many(["a", "b"]),
+        "break_lease": lambda: client.break_lease("k", token=1, reason="test"),
+        "get": lambda: client.get("k"),
+    }
+    if key_type == "N":
+        # Left out: DynamoDB Local cancels the transaction with a ValidationError reason,
+        # which multikey.py reads as a conflict to retry (a known gap, reported).
+        del calls["acquire_many"]
+    for call, request in calls.items():
+        with pytest.raises(TableSchemaError) as raised:
+            request()
+        assert "KEY_ATTRIBUTE" in str(raised.value) and "dynlock.E103" in str(raised.value), call
+        assert not raised.value.retryable, call
+    error = fails("showlocks")
+    assert error.returncode == 3 and "KEY_ATTRIBUTE" in str(error) and "dynlock.E103" in str(error)
 
 
 def test_ttl_disabled_warns_and_create_table_enables_it(moto_server, settings):
