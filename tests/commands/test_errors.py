@@ -17,7 +17,7 @@ from tests.support.commands import FAST_FAIL, UNREACHABLE, fails
 COMMANDS = [
     ["createlocktable"],
     ["showlocks"],
-    ["breaklock", "k", "--noinput"],
+    ["breaklock", "k", "--noinput", "--reason", "test"],
     ["runlocked", "k", "--", "check"],
 ]
 
