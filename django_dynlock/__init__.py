@@ -14,6 +14,7 @@ from .exceptions import (
     LockLost,
     LockNotAcquired,
     TableNotFound,
+    TableSchemaError,
 )
 from .registry import get_lock_client
 
@@ -37,6 +38,7 @@ __all__ = [
     "LockLost",
     "LockNotAcquired",
     "TableNotFound",
+    "TableSchemaError",
     "TableStatus",
     "dynamo_lock",
     "get_lock_client",

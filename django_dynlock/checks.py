@@ -2,7 +2,7 @@
 
 Configuration checks never touch the network. The table check connects to DynamoDB,
 so it is a deployment check: ``manage.py check --deploy`` runs it (with the rest),
-``manage.py check --deploy --tag dynlock_table`` runs it alone.
+``manage.py check --deploy --tag dynlock_table`` runs it with the configuration checks.
 """
 
 from __future__ import annotations
@@ -67,12 +67,19 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                 )
             )
         if status.ttl_status not in ("ENABLED", "ENABLING") or status.ttl_attribute != client.options.ttl_attribute:
+            if status.ttl_attribute is None:  # DISABLED: DynamoDB names no attribute
+                said = _(
+                    "DYNLOCK[%(alias)r]: TTL on table %(table)r is %(status)s, not enabled on "
+                    "%(expected)r: idle lock items will pile up."
+                )
+            else:
+                said = _(
+                    "DYNLOCK[%(alias)r]: TTL on table %(table)r is %(status)s on %(attribute)r, "
+                    "not enabled on %(expected)r: idle lock items will pile up."
+                )
             messages.append(
                 checks.Warning(
-                    _(
-                        "DYNLOCK[%(alias)r]: TTL on table %(table)r is %(status)s on %(attribute)r, "
-                        "not enabled on %(expected)r: idle lock items will pile up."
-                    )
+                    said
                     % {
                         "alias": alias,
                         "table": status.name,
@@ -92,5 +99,8 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 
 # Registered by calls rather than as decorators: Django ships no type hints, and its
 # decorator would leave the functions untyped.
-checks.register(check_settings, TAG)
+# The table check skips an alias whose settings are broken, so a run of its tag alone
+# (``check --deploy --tag dynlock_table``) runs the settings checks too: else a broken
+# setting would pass it as "no issues".
+checks.register(check_settings, TAG, TABLE_TAG)
 checks.register(check_tables, TAG, TABLE_TAG, deploy=True)

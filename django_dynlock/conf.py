@@ -23,7 +23,7 @@ from django.utils.translation import gettext_lazy as _
 
 from .engine import options as rules
 from .engine.keys import MAX_KEY_BYTES
-from .engine.options import SETTINGS, ClientOptions, call_budget, merge_client_config
+from .engine.options import SETTING, SETTINGS, ClientOptions, call_budget, merge_client_config
 from .exceptions import ConfigurationError
 
 DEFAULT_ALIAS = "default"
@@ -60,8 +60,40 @@ def _problem(id: str, msg: Any, hint: Any = None, **values: Any) -> SettingProbl
     return SettingProblem(id, format_lazy(msg, **values), None if hint is None else format_lazy(hint, **values))
 
 
-def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
+def _nested_example(names: list[str]) -> str:
+    """``DYNLOCK = {"default": {"TABLE_NAME": ..., ...}}`` for settings given flat (names
+    only: a value may hold credentials)."""
+    inner = ", ".join(f'"{name}": ...' for name in names)
+    return f'DYNLOCK = {{"{DEFAULT_ALIAS}": {{{inner}}}}}'
+
+
+def _values(raw: dict[Any, Any]) -> dict[str, Any]:
+    """An alias' settings over the defaults, the defaults that follow LEASE_DURATION
+    (HEARTBEAT_PERIOD, CLIENT_CONFIG) fitted to it when the alias leaves them unset."""
+    values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
+    lease = values["LEASE_DURATION"]
+    if SETTING["lease_duration"].has_type(lease) and SETTING["lease_duration"].in_range(lease):
+        if "HEARTBEAT_PERIOD" not in raw:
+            values["HEARTBEAT_PERIOD"] = rules.default_heartbeat_period(lease)
+        if "CLIENT_CONFIG" not in raw:
+            values["CLIENT_CONFIG"] = rules.fitted_client_config(lease)
+    return values
+
+
+def _alias_problems(alias: str, raw: Any, flat: list[str] | None = None) -> list[SettingProblem]:
     if not isinstance(raw, dict):
+        if flat and alias in flat:  # DYNLOCK = {"TABLE_NAME": ...}: settings where aliases belong
+            return [
+                _problem(
+                    "dynlock.E003",
+                    _("{where} must be a dict of settings, got {type}: {name} is a setting, not an alias."),
+                    _("DYNLOCK is a dict of aliases, like CACHES: write {example}."),
+                    where=_where(alias),
+                    type=type(raw).__name__,
+                    name=alias,
+                    example=_nested_example(flat),
+                )
+            ]
         return [
             _problem(
                 "dynlock.E003",
@@ -86,7 +118,7 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
                     known=", ".join(DEFAULTS),
                 )
             )
-    values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
+    values = _values(raw)
     typed_ok: dict[str, bool] = {}
     for setting in SETTINGS:
         name, value = setting.name, values[setting.name]
@@ -122,7 +154,8 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
             )
     numbers_ok = not any(p.id in ("dynlock.E005", "dynlock.E006") for p in found)
     lease, period = values["LEASE_DURATION"], values["HEARTBEAT_PERIOD"]
-    if numbers_ok and rules.heartbeat_too_slow(lease, period):
+    # Left unset, HEARTBEAT_PERIOD follows the lease (_values): only a period given can be too slow.
+    if numbers_ok and "HEARTBEAT_PERIOD" in raw and rules.heartbeat_too_slow(lease, period):
         found.append(
             _problem(
                 "dynlock.E007",
@@ -246,6 +279,32 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
                 example="eu-west-1",
             )
         )
+    elif (
+        typed_ok["REGION_NAME"]
+        and region is not None
+        and values["ENDPOINT_URL"] is None
+        and region not in rules.known_regions()
+    ):
+        close = difflib.get_close_matches(region, rules.known_regions(), n=1)
+        found.append(
+            _problem(
+                "dynlock.W004",
+                _("{where} {value!r} is not a region where botocore knows DynamoDB."),
+                _(
+                    "Did you mean {close!r}? A region newer than your botocore needs a newer botocore "
+                    "(or add dynlock.W004 to SILENCED_SYSTEM_CHECKS)."
+                )
+                if close
+                else _(
+                    "Use a region code such as {example!r}. A region newer than your botocore needs a "
+                    "newer botocore (or add dynlock.W004 to SILENCED_SYSTEM_CHECKS)."
+                ),
+                where=_where(alias, "REGION_NAME"),
+                value=region,
+                close=close[0] if close else None,
+                example="eu-west-1",
+            )
+        )
     if rules.region_left_to_hosts(region, values["ENDPOINT_URL"]):
         found.append(
             _problem(
@@ -266,7 +325,26 @@ def _alias_problems(alias: str, raw: Any) -> list[SettingProblem]:
         )
     if numbers_ok and config is not None:
         budget = call_budget(config)
-        if budget > lease / 2:
+        if budget > lease / 2 and "CLIENT_CONFIG" not in raw:
+            # Our defaults, already fitted to the lease as far as they go (_values).
+            found.append(
+                _problem(
+                    "dynlock.W001",
+                    _(
+                        "{where} ({lease}s) is too short for the default request timeouts: one "
+                        "DynamoDB call can take up to {budget:g}s, more than half of the lease."
+                    ),
+                    _(
+                        "Lengthen LEASE_DURATION to at least {least:g}s, or set CLIENT_CONFIG with shorter "
+                        "connect_timeout and read_timeout."
+                    ),
+                    where=_where(alias, "LEASE_DURATION"),
+                    budget=budget,
+                    lease=lease,
+                    least=budget * 2,
+                )
+            )
+        elif budget > lease / 2:
             found.append(
                 _problem(
                     "dynlock.W001",
@@ -317,17 +395,21 @@ def problems() -> tuple[SettingProblem, ...]:
             ),
         )
     found: list[SettingProblem] = []
+    flat = [str(name) for name in raw if name in DEFAULTS]
     if DEFAULT_ALIAS not in raw:
         found.append(
             _problem(
                 "dynlock.E002",
                 _("DYNLOCK has no 'default' alias."),
-                _("Add DYNLOCK['default'] (aliases present: {present})."),
+                _("DYNLOCK is a dict of aliases, like CACHES: write {example}.")
+                if flat
+                else _("Add DYNLOCK['default'] (aliases present: {present})."),
                 present=", ".join(map(repr, raw)) or _("none"),
+                example=_nested_example(flat),
             )
         )
     for alias, conf in raw.items():
-        found.extend(_alias_problems(str(alias), conf))
+        found.extend(_alias_problems(str(alias), conf, flat))
     return tuple(found)
 
 
@@ -351,7 +433,7 @@ def get_options(alias: str = DEFAULT_ALIAS) -> ClientOptions:
     errors = [p for p in _alias_problems(alias, raw[alias]) if p.is_error]
     if errors:
         raise ConfigurationError("; ".join(f"{p.msg} {p.hint or ''} ({p.id})".replace("  ", " ") for p in errors))
-    values = {**DEFAULTS, **raw[alias]}
+    values = _values(raw[alias])
     arguments: dict[str, Any] = {}
     for setting in SETTINGS:
         value = values[setting.name]

@@ -50,6 +50,11 @@ class TableNotFound(BackendError):
     """The lock table does not exist: create it with ``manage.py createlocktable``."""
 
 
+class TableSchemaError(BackendError):
+    """The lock table's key is not ``KEY_ATTRIBUTE`` (a string partition key, no sort
+    key): set KEY_ATTRIBUTE, or use a table made by ``createlocktable``."""
+
+
 class CredentialsError(BackendError):
     """boto3 found no credentials, or DynamoDB rejected them."""
 

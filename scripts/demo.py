@@ -64,6 +64,24 @@ class Stop(Exception):
     """Raised by the signal handlers to unwind into the finally blocks."""
 
 
+DEMO_PATH = "/demo/events/1/"  # the event migration 0002_demo_event creates
+ADMIN_PATH = "/admin/"
+
+
+def banner(endpoint_url: str, name: str) -> list[str]:
+    """What `make run` prints once the site is ready: the demo page first, then the admin."""
+    base = f"http://{LOOPBACK}:{WEB_PORT}"
+    return [
+        "",
+        f"  Demo:     {base}{DEMO_PATH}  (40 concurrent bookings, with and without the lock)",
+        f"  Admin:    {base}{ADMIN_PATH}  (the leases)",
+        f"  Login:    {ADMIN_USER} / {ADMIN_PASSWORD}",
+        f"  DynamoDB: {endpoint_url} ({name}, in memory)",
+        "  Press Ctrl-C to stop.",
+        "",
+    ]
+
+
 def _on_signal(signum, frame):
     raise Stop(signal.Signals(signum).name)
 
@@ -159,13 +177,8 @@ def main() -> int:
             say(f"ERROR: setup step timed out after {exc.timeout}s: {' '.join(map(str, exc.cmd))}")
             return 1
 
-        url = f"http://{LOOPBACK}:{WEB_PORT}/admin/"
-        say("")
-        say(f"  Admin:    {url}")
-        say(f"  Login:    {ADMIN_USER} / {ADMIN_PASSWORD}")
-        say(f"  DynamoDB: {server.endpoint_url} ({name}, in memory)")
-        say("  Press Ctrl-C to stop.")
-        say("")
+        for line in banner(server.endpoint_url, name):
+            say(line)
 
         web = subprocess.Popen(
             MANAGE + ["runserver", f"{LOOPBACK}:{WEB_PORT}"],

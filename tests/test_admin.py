@@ -367,6 +367,55 @@ def test_the_detail_page_shows_every_attribute(table, viewer):
     assert missing.status_code == 200 and "has no item" in content(missing)
 
 
+def test_the_detail_page_shows_what_an_operator_acts_on_first_and_folds_the_rest(table, operator):
+    # issue 31: the holder shown twice, half the page the raw item's internal fields, times
+    # "(holder's clock)" with microseconds
+    lease = table.acquire("report:8", lease=30, holder={"command": "nightly", "user": "7"})
+    text = content(operator.get(detail_url("report:8")))
+    first = text.index('<table class="dynlock-detail">')
+    folded = text.index('<details class="dynlock-more">')
+    raw = text.index('<details class="dynlock-raw-item">')
+    top = text[first:folded]
+    for shown in ("report:8", str(lease.token), "nightly", "user 7", "dynlock-state-held", "Expires", "Acquired"):
+        assert shown in top, shown
+    assert top.index("dynlock-state-held") < top.index("nightly") < top.index(str(lease.token))
+    assert text.index(f'href="{break_url("report:8")}"') < folded  # before anything folded
+    for internal in (html.escape(lease.owner), "Record version", "Process id", "&quot;seq&quot;", "&quot;rvn&quot;"):
+        assert internal not in top, internal
+    assert "&quot;seq&quot;" in text[raw:]
+    assert "&quot;rvn&quot;" in text[raw:] and "<details" in text[raw : raw + 40]  # the raw item, folded
+    assert "(holder&#x27;s clock)" not in text and "(holder's clock)" not in text
+    assert "(DynamoDB's clock)" in top  # a translated literal: not escaped
+    times = re.findall(r"<time datetime=\"[^\"]+\">([^<]+)</time>", top)
+    assert times and all(re.fullmatch(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d [A-Z]+", t) for t in times), times
+    lease.release()
+
+
+def test_a_broken_lease_says_why_in_the_list_and_on_its_page(table, operator):
+    table.acquire("job:9", lease=30)
+    token = table.get("job:9").token
+    assert table.break_lease("job:9", token=token, reason="stuck since noon", by="ops")
+    listed = content(operator.get(changelist_url(all="1")))
+    why = "stuck since noon, by ops"
+    assert why in listed and why in content(operator.get(detail_url("job:9")))
+
+
+def test_the_footer_counts_leases_in_both_views(table, viewer):
+    # issue 31: "Page 1: 4 items" with released and expired included, "3 leases" without
+    put_leases(table, ["a", "b", "c"])
+    put_leases(table, ["d"], held=False)
+    assert "Page 1: 3 leases." in content(viewer.get(changelist_url()))
+    with_all = content(viewer.get(changelist_url(all="1")))
+    assert "Page 1: 4 leases." in with_all and "items" not in with_all.split('class="paginator"')[1]
+
+
+def test_the_key_column_keeps_short_keys_whole(table, viewer):
+    # issue 31: overflow-wrap anywhere let the table squeeze the key column, which broke
+    # keys mid-word beside the released rows; the column now keeps 32 characters
+    text = content(viewer.get(changelist_url(all="1")))
+    assert "th.field-key { min-width: min(32ch, 40vw); }" in text
+
+
 # -- breaking -------------------------------------------------------------------------------------
 def test_get_on_the_confirmation_page_breaks_nothing(table, operator):
     lease = table.acquire("job:1", lease=30)

@@ -185,6 +185,14 @@ def test_break_a_lease_held_by_another_process(admin_server, browser_table, hold
             expect(page.locator("ul.messagelist li.success")).to_contain_text("Broke 1 lease: 'report:nightly'")
             expect(page.locator('tr[data-key="report:nightly"]')).to_have_count(0)
 
+            # Released and expired included (issue 31): a broken lease says why, and no key
+            # is broken over two lines beside the wider rows of this view.
+            page.goto(f"{changelist}?all=1")
+            expect(page.locator('tr[data-key="victim"] .dynlock-why')).to_contain_text("holder stuck (browser test)")
+            lines = page.locator("th.field-key a").evaluate_all("links => links.map(a => a.getClientRects().length)")
+            assert len(lines) == 4 and set(lines) == {1}, lines
+            expect(page.locator("p.paginator")).to_contain_text(f"{len(lines)} leases")
+
             # Both breaks are in "Recent actions" on the admin index.
             page.goto(f"{base}/admin/")
             recent = page.locator("#recent-actions-module")

@@ -13,6 +13,7 @@ from django.core.management.base import SystemCheckError
 
 from django_dynlock import ConfigurationError, get_lock_client
 from django_dynlock.conf import DEFAULTS, get_options, problems
+from django_dynlock.engine.options import call_budget
 from localdynamo.servers import DUMMY_REGION
 
 GOOD = {"REGION_NAME": DUMMY_REGION}
@@ -51,6 +52,8 @@ def ids(setting) -> list[str]:
         ({"default": {"KEY_ATTRIBUTE": "k", "TTL_ATTRIBUTE": "k"}}, "dynlock.E014"),
         ({"default": {"CLIENT_CONFIG": {"read_timeout": 60, "connect_timeout": 60}}}, "dynlock.W001"),
         ({"default": {"MAX_CLOCK_SKEW": 1.0}}, "dynlock.W002"),
+        ({"default": {"LEASE_DURATION": 5}}, "dynlock.W001"),  # shorter than our timeouts go
+        ({"default": {"REGION_NAME": "eu-wset-1"}}, "dynlock.W004"),
     ],
 )
 def test_each_check_id_fires_on_its_bad_setting(settings, setting, expected):
@@ -123,6 +126,69 @@ def test_a_malformed_region_name_is_a_check_error(settings, region):
     settings.DYNLOCK = {"default": {"REGION_NAME": region}}
     (message,) = checks.run_checks(tags=["dynlock"])
     assert message.id == "dynlock.E015" and repr(region) in message.msg
+
+
+def test_a_flat_setting_gets_the_nested_form_as_its_hint(settings):
+    # issue 31: the hint read DYNLOCK = {"TABLE_NAME": {"TABLE_NAME": "django_dynlock"}}
+    settings.DYNLOCK = {"TABLE_NAME": "x", "REGION_NAME": "eu-west-1"}
+    found = checks.run_checks(tags=["dynlock"])
+    assert sorted(m.id for m in found) == ["dynlock.E002", "dynlock.E003", "dynlock.E003"]
+    nested = 'DYNLOCK = {"default": {"TABLE_NAME": ..., "REGION_NAME": ...}}'
+    assert all(nested in m.hint for m in found), [m.hint for m in found]
+    assert not any('{"TABLE_NAME": {' in m.hint for m in found)
+
+
+def test_the_table_tag_alone_fails_on_a_broken_setting(settings):
+    # issue 31: README's verification command said "no issues" (exit 0) on a flat setting
+    settings.DYNLOCK = {"TABLE_NAME": "x", "REGION_NAME": "eu-west-1"}
+    with pytest.raises(SystemCheckError, match="dynlock.E002"):
+        call_command("check", "--deploy", "--tag", "dynlock_table")
+
+
+@pytest.mark.parametrize("region, close", [("eu-wset-1", "eu-west-1"), ("Ireland", None)])
+def test_a_region_botocore_does_not_know_for_dynamodb_is_a_warning(settings, region, close):
+    settings.DYNLOCK = {"default": {"REGION_NAME": region}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.W004" and repr(region) in message.msg
+    assert (f"Did you mean {close!r}?" in message.hint) if close else "eu-west-1" in message.hint
+
+
+@pytest.mark.parametrize("region", ["eu-west-1", "cn-north-1", "us-gov-west-1"])
+def test_regions_of_every_partition_are_known(settings, region):
+    settings.DYNLOCK = {"default": {"REGION_NAME": region}}
+    assert checks.run_checks(tags=["dynlock"]) == []
+
+
+def test_an_unknown_region_against_a_local_endpoint_is_not_warned_about(settings):
+    settings.DYNLOCK = {"default": {"REGION_NAME": "local", "ENDPOINT_URL": "http://127.0.0.1:8001"}}
+    assert checks.run_checks(tags=["dynlock"]) == []
+
+
+@pytest.mark.parametrize("lease", [10, 12.5, 20])
+def test_a_short_lease_with_default_client_settings_passes(settings, lease):
+    # issue 31: LEASE_DURATION 10 fired W001 about a CLIENT_CONFIG never set (and E007)
+    settings.DYNLOCK = {"default": {**GOOD, "LEASE_DURATION": lease}}
+    call_command("check")
+    assert checks.run_checks(tags=["dynlock"]) == []
+    options = get_options()
+    # The defaults are fitted to the lease: one call within half of it, the heartbeat a third.
+    assert call_budget(options.client_config) <= lease / 2
+    assert options.heartbeat_period == min(10.0, lease / 3)
+    client = get_lock_client()
+    assert client.options.client_config.read_timeout == options.client_config.read_timeout
+
+
+def test_a_client_config_set_by_the_user_is_not_fitted(settings):
+    settings.DYNLOCK = {"default": {**GOOD, "LEASE_DURATION": 10, "CLIENT_CONFIG": {}}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.W001" and "CLIENT_CONFIG" in message.msg
+    assert get_options().client_config.read_timeout == 2.0
+
+
+def test_a_lease_too_short_for_the_default_timeouts_names_the_lease(settings):
+    settings.DYNLOCK = {"default": {**GOOD, "LEASE_DURATION": 5}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.W001" and "LEASE_DURATION" in message.msg and "CLIENT_CONFIG" in message.hint
 
 
 def test_defaults_warn_only_that_the_region_is_implicit(settings):

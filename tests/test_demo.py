@@ -56,3 +56,27 @@ def test_event_page_renders(dynlock, client):
     event = Event.objects.create(name="<b>Gig</b>", seats_left=2)
     page = client.get(f"/demo/events/{event.pk}/")
     assert page.status_code == 200 and b"&lt;b&gt;Gig&lt;/b&gt;" in page.content
+
+
+def load_demo_script():
+    import importlib.util
+
+    from localdynamo.servers import REPO_ROOT
+
+    spec = importlib.util.spec_from_file_location("demo_script", REPO_ROOT / "scripts" / "demo.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # defines; main() runs only as a script
+    return module
+
+
+@pytest.mark.django_db
+def test_make_runs_banner_names_the_demo_page_and_it_is_there(dynlock, client):
+    # issue 31: the banner listed only the admin
+    demo = load_demo_script()
+    lines = demo.banner("http://127.0.0.1:8001", "moto")
+    demo_line = next(line for line in lines if line.strip().startswith("Demo:"))
+    admin_line = next(line for line in lines if line.strip().startswith("Admin:"))
+    assert lines.index(demo_line) < lines.index(admin_line)
+    assert f"http://127.0.0.1:8000{demo.DEMO_PATH}" in demo_line
+    page = client.get(demo.DEMO_PATH)  # the event the demo's migration creates
+    assert page.status_code == 200 and b"The last five seats" in page.content

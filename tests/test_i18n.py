@@ -167,7 +167,7 @@ def test_the_admin_pages_render_in_french(table, operator, settings, how):
 
     detail = operator.get(reverse("admin:django_dynlock_lease_change", args=("facture:42",)), **headers)
     text = detail.content.decode()
-    for french in ("Rompre ce bail", "Élément brut", "Durée du bail", "(horloge du détenteur)", "Retour aux baux"):
+    for french in ("Rompre ce bail", "Élément brut", "Durée du bail", "(horloge de DynamoDB)", "Retour aux baux"):
         assert french in text, french
 
     confirm = operator.get(reverse("admin:django_dynlock_lease_break", args=("facture:42",)), **headers)

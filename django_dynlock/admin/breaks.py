@@ -18,6 +18,7 @@ from django.utils.text import Truncator
 from django.utils.translation import gettext
 
 from .. import admin_ids, conf
+from ..engine.breaking import MAX_REASON
 from ..engine.client import LockClient
 from ..engine.items import LeaseInfo
 from ..engine.text import printable
@@ -29,8 +30,6 @@ from ..registry import get_lock_client
 # Django ships no type hints: gettext is typed here, so that what it returns is a str.
 _: Callable[[str], str] = gettext
 
-#: Longest reason accepted (it is stored in the item, the admin log and the signal).
-MAX_REASON = 500
 #: Where a session keeps the breaks whose outcome is not known yet (BreakUnconfirmed),
 #: until a page read shows whether they landed; at most MAX_UNCONFIRMED of them.
 UNCONFIRMED = "dynlock_unconfirmed_breaks"

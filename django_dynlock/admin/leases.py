@@ -32,6 +32,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
 from .. import admin_ids, conf
+from ..engine.breaking import MAX_REASON
 from ..engine.client import LockClient
 from ..engine.items import LeaseInfo
 from ..exceptions import BreakUnconfirmed, DynLockError
@@ -39,7 +40,6 @@ from ..management import formatting as fmt
 from ..models import Lease
 from ..registry import get_lock_client
 from .breaks import (
-    MAX_REASON,
     break_lease,
     confirm_breaks,
     not_broken_message,

@@ -51,6 +51,10 @@ class Row:
         return str(fmt.STATE_LABELS.get(self.state, self.state))
 
     @property
+    def broken_why(self) -> str:
+        return fmt.broken_why(self.info)
+
+    @property
     def breakable(self) -> bool:
         return self.info.is_breakable
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -17,6 +18,10 @@ from .text import printable
 
 logger = logging.getLogger("django_dynlock")
 
+#: Longest break reason the admin and breaklock accept (it is stored in the item, the
+#: admin log and the signal).
+MAX_REASON = 500
+
 
 class Breaking(Holding):
     """break_lease() and confirm_break(): the writes, the read-back, the ``broken`` event."""
@@ -26,6 +31,7 @@ class Breaking(Holding):
         stored = self.options.prefixed(key)
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
         broken: str | None = None  # the owner it took the key from, when the reply says
+        old: Mapping[str, Any] | None = None  # the item as the break found it, when the reply says
         condition, extra = rq.break_condition(token)
         try:
             reply = self._store.call(
@@ -54,6 +60,7 @@ class Breaking(Holding):
             if not landed:
                 raise
         else:
+            old = reply.get("Attributes") or None
             broken = reply.get("Attributes", {}).get(it.OWNER, {}).get("S")
             if broken is not None:
                 # A copy of that holder's acquire still in the network could land on the
@@ -68,7 +75,7 @@ class Breaking(Holding):
                         stored, "#owner = :broken", {":broken": {"S": broken}}, uuid.uuid4().hex, reason, by
                     ),
                 )
-        self._broken(key, token, reason, by, broken)
+        self._broken(key, token, reason, by, broken, old)
         return True
 
     def _break_landed(self, stored: str, token: int | None, mark: str) -> bool | None:
@@ -84,12 +91,34 @@ class Breaking(Holding):
             return False  # the same lease still holds (or is reserved): not broken
         return None  # ended since, by this break or otherwise
 
-    def _broken(self, key: str, token: int | None, reason: str, by: str, broken: str | None) -> None:
-        """After a break that was applied: log it, send ``broken``, tell our own holder."""
+    def _broken(
+        self,
+        key: str,
+        token: int | None,
+        reason: str,
+        by: str,
+        broken: str | None,
+        old: Mapping[str, Any] | None = None,
+    ) -> None:
+        """After a break that was applied: log it (one line: who broke whose lease, and
+        why), send ``broken``, tell our own holder."""
         stored = self.options.prefixed(key)
-        logger.warning(
-            "lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given")
-        )
+        if old is not None and it.OWNER in old:
+            info = it.LeaseInfo.from_item(
+                old, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix
+            )
+            logger.warning(
+                "lock %r (token %s, held by %s) broken by %s: %s",
+                key,
+                info.token if token is None else token,
+                printable(info.describe(user=True)),
+                printable(by),
+                printable(reason or "no reason given"),
+            )
+        else:
+            logger.warning(
+                "lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given")
+            )
         self._emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
             if lease.stored_key == stored and (token is None or lease.token == token):

@@ -31,7 +31,9 @@ from ..exceptions import (
     DynLockError,
     InvalidArgument,
     TableNotFound,
+    TableSchemaError,
 )
+from . import iam
 
 RETRYABLE_CODES = frozenset(
     {
@@ -107,8 +109,27 @@ def may_have_applied(exc: BaseException) -> bool:
     return isinstance(exc, BotoCoreError) and not isinstance(exc, (NoCredentialsError, ParamValidationError))
 
 
+# What DynamoDB (and the local servers) answer when a request's key is not the table's.
+KEY_MISMATCH_MESSAGES = (
+    "key element does not match the schema",
+    "one of the required keys was not given a value",
+    "missing the key",
+    "type mismatch for key",
+)
+
+
+def _key_mismatch(message: str) -> bool:
+    return any(text in message.lower() for text in KEY_MISMATCH_MESSAGES)
+
+
 def translate(
-    exc: BaseException, *, table: str, endpoint: str | None, action: str, region: str | None = None
+    exc: BaseException,
+    *,
+    table: str,
+    endpoint: str | None,
+    action: str,
+    region: str | None = None,
+    key_attribute: str = "key",
 ) -> DynLockError:
     """A typed error whose message says what to fix. Never includes credentials."""
     where = describe_endpoint(endpoint, region)
@@ -131,10 +152,26 @@ def translate(
                 code=code,
             )
         if code == "AccessDeniedException":
+            # AWS's own text names the principal and the refused action: keep it.
+            operation = getattr(exc, "operation_name", None)
+            policies = "; ".join(
+                f"the {which} policy has it ({', '.join(iam.POLICIES[which])}): "
+                f"`python manage.py createlocktable --print iam-{which}`"
+                for which in iam.policies_with(operation)
+            )
             return BackendError(
-                f"access denied to table {table!r} at {where} while trying to {action}: grant the IAM "
-                f"principal dynamodb:UpdateItem, GetItem, Scan, TransactWriteItems, BatchGetItem, "
-                f"DescribeTable, CreateTable and UpdateTimeToLive on it",
+                f"access denied to table {table!r} at {where} while trying to {action}: AWS says "
+                f"{message or code!r}. Grant the IAM principal dynamodb:{operation} on the table; "
+                f"{policies} (docs/security.md)",
+                code=code,
+            )
+        if code == "ValidationException" and _key_mismatch(message):
+            return TableSchemaError(
+                f"the lock table {table!r} at {where} has no string partition key named "
+                f"{key_attribute!r} (KEY_ATTRIBUTE): DynamoDB says {message!r}. Set KEY_ATTRIBUTE to "
+                f"the table's partition key, or point TABLE_NAME at a table made by "
+                f"`python manage.py createlocktable`; `manage.py check --deploy` says what the table "
+                f"has (dynlock.E103)",
                 code=code,
             )
         if code in RETRYABLE_CODES or server_side(exc):

@@ -11,6 +11,7 @@ reports each as a system check. Nothing here talks to the network.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import math
 import re
@@ -20,6 +21,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import boto3
+import botocore.session
 from botocore.config import Config
 from botocore.exceptions import InvalidRegionError
 from botocore.utils import validate_region_name
@@ -97,6 +99,33 @@ def without_botocore_retries(config: Config) -> Config:
     waiter out that long.
     """
     return config.merge(Config(retries={"mode": "standard", "total_max_attempts": 1}))
+
+
+# The shortest our default timeouts get when fitted to a short lease (see
+# fitted_client_config): half of connect 1 s, read 2 s.
+MIN_TIMEOUT_SCALE = 0.5
+
+
+def fitted_client_config(lease_duration: float) -> dict[str, Any]:
+    """Our default CLIENT_CONFIG arguments, timeouts shortened so that one call fits in
+    half of ``lease_duration`` (down to ``MIN_TIMEOUT_SCALE`` of them).
+
+    For an alias that sets no CLIENT_CONFIG: the defaults are ours, so a short lease the
+    docs recommend (10 s) gets timeouts that suit it instead of a warning about them.
+    """
+    config = dict(DEFAULT_CLIENT_CONFIG)
+    budget = call_budget(Config(**config))
+    scale = max(MIN_TIMEOUT_SCALE, min(1.0, lease_duration / 2 / budget))
+    if scale < 1.0:
+        # Rounded down to milliseconds: rounding up could leave the call a hair over half.
+        config["connect_timeout"] = math.floor(config["connect_timeout"] * scale * 1000) / 1000
+        config["read_timeout"] = math.floor(config["read_timeout"] * scale * 1000) / 1000
+    return config
+
+
+def default_heartbeat_period(lease_duration: float) -> float:
+    """HEARTBEAT_PERIOD when an alias sets none: its default, or a third of a shorter lease."""
+    return min(float(_DEFAULT["heartbeat_period"]), lease_duration / 3)
 
 
 def call_budget(config: Config) -> float:
@@ -271,6 +300,18 @@ def valid_region(region: str) -> bool:
     except InvalidRegionError:
         return False
     return True
+
+
+@functools.cache
+def known_regions() -> frozenset[str]:
+    """The regions botocore's bundled endpoint data lists for DynamoDB, in every
+    partition (aws, aws-cn, aws-us-gov, ...). Read from disk: no network."""
+    session = botocore.session.get_session()
+    return frozenset(
+        region
+        for partition in session.get_available_partitions()
+        for region in session.get_available_regions("dynamodb", partition_name=partition)
+    )
 
 
 def region_left_to_hosts(region_name: str | None, endpoint_url: str | None) -> bool:

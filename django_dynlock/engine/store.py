@@ -158,6 +158,7 @@ class Store:
             endpoint=self.options.endpoint_url,
             action=action,
             region=self.region,
+            key_attribute=self.options.key_attribute,
         )
         error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
         return error

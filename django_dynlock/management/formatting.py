@@ -14,7 +14,7 @@ from typing import Any
 from django.utils.translation import gettext, gettext_lazy
 
 from ..engine.client import LockClient
-from ..engine.items import USER_KEY, LeaseInfo
+from ..engine.items import BREAK_PREFIX, USER_KEY, LeaseInfo
 from ..engine.text import printable
 
 # Django ships no type hints: gettext is typed here, so that what it returns is a str.
@@ -83,6 +83,24 @@ def state(info: LeaseInfo, now: dt.datetime) -> str:
     if info.reserved_by:
         return "reserved"
     return "broken" if info.was_broken else "released"
+
+
+def broken_why(info: LeaseInfo) -> str:
+    """Why and by whom a broken lease was broken (``stuck job, by root@vm (breaklock)``);
+    empty for any other lease."""
+    if not info.was_broken or info.released_by is None:
+        return ""
+    return _("%(reason)s, by %(by)s") % {
+        "reason": info.break_reason or _("no reason given"),
+        "by": info.released_by.removeprefix(BREAK_PREFIX),
+    }
+
+
+def state_text(info: LeaseInfo, now: dt.datetime) -> str:
+    """The STATE cell of ``showlocks --all``: a broken lease says why."""
+    shown = state(info, now)
+    why = broken_why(info)
+    return f"{shown}: {why}" if why else shown
 
 
 def expires(info: LeaseInfo, now: dt.datetime) -> str:

@@ -109,7 +109,7 @@ def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: Writer) -> None
 def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
     cells = [info.key]
     if show_state:
-        cells.append(fmt.state(info, now))
+        cells.append(fmt.state_text(info, now))
     cells += [
         str(info.token) if info.token is not None else "-",
         fmt.holder_text(info),

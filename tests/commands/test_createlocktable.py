@@ -216,9 +216,15 @@ def test_createlocktable_print_calls_nothing(settings):
     assert properties["TimeToLiveSpecification"] == {"AttributeName": "on", "Enabled": True}
 
 
+def default_timeouts(alias: dict) -> dict:
+    """The alias with the default CLIENT_CONFIG (fitted to its 10 s lease): the suite's own
+    timeouts draw W001, and these tests run every check at the warning level."""
+    return {name: value for name, value in alias.items() if name != "CLIENT_CONFIG"}
+
+
 def test_createlocktable_print_requests_make_a_working_table(moto_server, settings):
     name = table_name()
-    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
+    settings.DYNLOCK = {"default": default_timeouts(alias_settings(moto_server.endpoint_url, name))}
     boto = dummy_client(moto_server.endpoint_url)
     boto.create_table(**json.loads(printed("create-table")))
     boto.update_time_to_live(**json.loads(printed("ttl")))
@@ -233,7 +239,7 @@ def test_createlocktable_print_cloudformation_makes_a_working_table(moto_server,
     from django.core import checks
 
     name = table_name()
-    settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, name)}
+    settings.DYNLOCK = {"default": default_timeouts(alias_settings(moto_server.endpoint_url, name))}
     template = printed("cloudformation")
     cloudformation = boto3.client(
         "cloudformation",
@@ -256,3 +262,50 @@ def test_createlocktable_print_cloudformation_passes_cfn_lint(settings, billing)
     settings.DYNLOCK = {"default": alias_settings(UNREACHABLE, "locks-as-code")}
     problems = [m for m in cfnlint.lint_all(printed("cloudformation", *billing)) if m.rule.id[0] in "EW"]
     assert problems == []
+
+
+RUNTIME = {
+    "dynamodb:GetItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:TransactWriteItems",
+    "dynamodb:Scan",
+}
+DEPLOY = {"dynamodb:CreateTable", "dynamodb:UpdateTimeToLive", "dynamodb:DescribeTable", "dynamodb:DescribeTimeToLive"}
+
+
+@pytest.mark.parametrize("which, actions", [("runtime", RUNTIME), ("deploy", DEPLOY)])
+def test_createlocktable_prints_least_privilege_policies(settings, which, actions):
+    # issue 31: no policy was documented; the runtime one has no table-level action
+    settings.DYNLOCK = {"default": {**alias_settings(UNREACHABLE, "locks"), "REGION_NAME": "eu-west-1"}}
+    for account, arn in [
+        ([], "arn:aws:dynamodb:eu-west-1:*:table/locks"),
+        (["--account-id", "123456789012"], "arn:aws:dynamodb:eu-west-1:123456789012:table/locks"),
+    ]:
+        document = json.loads(printed(f"iam-{which}", *account))
+        assert document["Version"] == "2012-10-17"
+        (statement,) = document["Statement"]
+        assert statement["Effect"] == "Allow" and statement["Resource"] == arn
+        assert set(statement["Action"]) == actions and len(statement["Action"]) == len(actions)
+
+
+def test_the_policies_in_docs_security_md_are_the_printed_ones(settings):
+    from pathlib import Path
+
+    settings.DYNLOCK = {"default": {**alias_settings(UNREACHABLE, "django_dynlock"), "REGION_NAME": "eu-west-1"}}
+    text = (Path(__file__).parents[2] / "docs" / "security.md").read_text()
+    for which in ("runtime", "deploy"):
+        assert printed(f"iam-{which}", "--account-id", "123456789012").strip() in text, which
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--account-id", "123456789012"], "--account-id only applies with --print iam-runtime or --print iam-deploy"),
+        (["--print", "iam-runtime", "--account-id", "12345"], "--account-id must be 12 digits, got '12345'"),
+    ],
+)
+def test_createlocktable_account_id_usage(settings, args, message):
+    settings.DYNLOCK = {"default": alias_settings(UNREACHABLE, "locks")}
+    error = fails("createlocktable", *args)
+    assert error.returncode == 2 and str(error) == message

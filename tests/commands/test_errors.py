@@ -17,7 +17,7 @@ from tests.support.commands import FAST_FAIL, UNREACHABLE, fails
 COMMANDS = [
     ["createlocktable"],
     ["showlocks"],
-    ["breaklock", "k", "--noinput"],
+    ["breaklock", "k", "--noinput", "--reason", "test"],
     ["runlocked", "k", "--", "check"],
 ]
 
@@ -59,15 +59,26 @@ def test_missing_credentials(moto_server, settings, monkeypatch, command):
     assert error.returncode == 3 and "no AWS credentials found" in str(error)
 
 
+def aws_denial(operation: str) -> str:
+    """AWS's AccessDenied text: it names the principal and the refused action."""
+    return (
+        f"User: arn:aws:iam::123456789012:user/ci is not authorized to perform: dynamodb:{operation} on "
+        f"resource: arn:aws:dynamodb:us-east-1:123456789012:table/ttt because no identity-based policy "
+        f"allows the dynamodb:{operation} action"
+    )
+
+
 class DenyAll(BaseHTTPRequestHandler):
-    """A DynamoDB endpoint that answers every request with AccessDeniedException."""
+    """A DynamoDB endpoint that answers every request with AccessDeniedException, in
+    AWS's words."""
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        operation = self.headers.get("X-Amz-Target", ".Unknown").rsplit(".", 1)[1]
         body = json.dumps(
             {
                 "__type": "com.amazonaws.dynamodb.v20120810#AccessDeniedException",
-                "message": "User: arn:aws:iam::1:user/ci is not authorized",
+                "message": aws_denial(operation),
             }
         ).encode()
         self.send_response(400)
@@ -96,3 +107,26 @@ def test_access_denied(deny_all, settings, command):
     settings.DYNLOCK = {"default": alias_settings(deny_all, "ttt")}
     error = fails(*command)
     assert error.returncode == 3 and "access denied to table 'ttt'" in str(error)
+    # issue 31: AWS's own text (the refused action) is kept, and the policy that has it named
+    operation = str(error).split("is not authorized to perform: dynamodb:")[1].split(" ")[0]
+    assert aws_denial(operation) in str(error)
+    assert f"Grant the IAM principal dynamodb:{operation} on the table" in str(error)
+    if command[0] == "createlocktable":  # DescribeTable: in both policies
+        assert "dynamodb:DescribeTimeToLive" in str(error) and "--print iam-deploy" in str(error)
+    else:  # a runtime principal is never asked for CreateTable
+        assert "--print iam-runtime" in str(error) and "CreateTable" not in str(error)
+
+
+def test_access_denied_through_the_public_api(deny_all, settings):
+    from django_dynlock import BackendError, get_lock_client
+
+    settings.DYNLOCK = {"default": alias_settings(deny_all, "ttt")}
+    with pytest.raises(BackendError) as raised:
+        get_lock_client().acquire("k")
+    message = str(raised.value)
+    assert aws_denial("UpdateItem") in message and not raised.value.retryable
+    assert "dynamodb:GetItem, dynamodb:UpdateItem" in message and "CreateTable" not in message
+    with pytest.raises(BackendError) as raised:
+        get_lock_client().create_table()
+    assert aws_denial("DescribeTable") in str(raised.value) or aws_denial("CreateTable") in str(raised.value)
+    assert "dynamodb:DescribeTimeToLive" in str(raised.value)

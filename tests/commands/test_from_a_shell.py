@@ -58,11 +58,11 @@ def test_subprocess_breaklock_exit_codes(dynlock, other):
     asks, broken, missing = manage_all(
         (endpoint, table, "breaklock", "k"),  # stdin is not a terminal: refused before anything is read
         (endpoint, table, "breaklock", "k", "--noinput", "--reason", "test"),
-        (endpoint, table, "breaklock", "gone", "--no-input"),
+        (endpoint, table, "breaklock", "gone", "--no-input", "--reason", "test"),
     )
     assert asks.returncode == 2 and "pass --noinput" in asks.stderr
-    assert broken.returncode == 0 and "k: broken (token" in broken.stdout
-    assert "broke lock 'k'" in broken.stderr  # the audit log line
+    assert broken.returncode == 0 and "k: broken: token" in broken.stdout
+    assert "lock 'k' (token" in broken.stderr and "broken by" in broken.stderr  # the audit log line
     assert missing.returncode == 1 and "gone: not broken: not found" in missing.stdout
     assert missing.stderr.strip() == "CommandError: 1 of 1 lock not broken: 'gone'"
     for result in (asks, broken, missing):
@@ -76,7 +76,15 @@ def test_subprocess_breaklock_asks_on_a_terminal(dynlock, other):
     leader, follower = os.openpty()
     try:
         os.write(leader, b"y\n")  # typed ahead; the terminal buffers it
-        result = manage(dynlock.server.endpoint_url, dynlock.options.table_name, "breaklock", "k", stdin=follower)
+        result = manage(
+            dynlock.server.endpoint_url,
+            dynlock.options.table_name,
+            "breaklock",
+            "k",
+            "--reason",
+            "test",
+            stdin=follower,
+        )
     finally:
         os.close(follower)
         os.close(leader)
@@ -113,7 +121,7 @@ def test_subprocess_errors(server):
         (UNREACHABLE, "ttt", "showlocks"),
         (server.endpoint_url, table_name(), "runlocked", "k", "--", "check"),
         (server.endpoint_url, "ttt", "showlocks", "--format", "xml"),
-        (server.endpoint_url, "ttt", "breaklock", "k", "--alias", "nope", "--noinput"),
+        (server.endpoint_url, "ttt", "breaklock", "k", "--alias", "nope", "--noinput", "--reason", "test"),
     )
     assert unreachable.returncode == 3 and unreachable.stdout == ""
     assert unreachable.stderr.startswith("CommandError: could not connect to DynamoDB at http://127.0.0.1:9")
@@ -133,7 +141,7 @@ def test_from_a_shell_a_broken_dynlock_setting_exits_2_in_every_command(dynlock)
         *[
             (dynlock.server.endpoint_url, "x", *args)
             for args in (
-                ("breaklock", "k", "--noinput"),
+                ("breaklock", "k", "--noinput", "--reason", "test"),
                 ("showlocks",),
                 ("runlocked", "k", "--", "check"),
                 ("createlocktable",),

@@ -157,7 +157,7 @@ def test_every_command_uses_the_alias_it_is_given(dynlock, settings):
     assert [r["key"] for r in json.loads(run("showlocks", "--alias", "reports", "--format", "json").out)] == [
         "report:1"
     ]
-    run("breaklock", "--alias", "reports", "report:1", "--noinput")
+    run("breaklock", "--alias", "reports", "report:1", "--noinput", "--reason", "test")
     assert not lease.is_held  # same process: it learns at once
     get_lock_client("reports").close()
     dummy_client(dynlock.server.endpoint_url).delete_table(TableName=reports)

@@ -12,8 +12,8 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
+from ...engine.breaking import MAX_REASON
 from ...engine.client import LockClient
-from ...engine.items import LeaseInfo
 from ...engine.text import printable
 from ...exceptions import BreakUnconfirmed
 from .. import formatting as fmt
@@ -60,7 +60,10 @@ class Command(DynLockCommand):
             help=_("Break only if the lease still has this fencing token (one KEY only)."),
         )
         parser.add_argument(
-            "--reason", default="", metavar="TEXT", help=_("Why: recorded in the item and sent with lock_broken.")
+            "--reason",
+            default="",
+            metavar="TEXT",
+            help=_("Why (required, as in the admin): recorded in the item, logged and sent with lock_broken."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -71,6 +74,18 @@ class Command(DynLockCommand):
             usage_error(_("--token applies to one KEY: tokens are counted per key"))
         if interactive and not stdin_is_interactive():
             usage_error(_("stdin is not a terminal, so breaklock cannot ask for confirmation: pass --noinput"))
+        if len(options["reason"]) > MAX_REASON:
+            usage_error(
+                _("--reason is too long: at most %(count)s characters, as in the admin") % {"count": MAX_REASON}
+            )
+        if not options["reason"].strip():
+            # As the admin's break form: the reason is the audit trail's why.
+            usage_error(
+                _(
+                    "give a reason: --reason TEXT (recorded with the lease, logged and sent with lock_broken, "
+                    "as the admin asks)"
+                )
+            )
         client = self.client(options)
         with translated_errors():
             for key in keys:
@@ -108,13 +123,15 @@ class Command(DynLockCommand):
             return False
         now = client.server_datetime()
         if token is not None and info.token != token:
+            # Whether a typo or a lease that changed hands, the table cannot tell: say which token it has.
             self.not_broken(
                 key,
-                _("the lease has token %(now)s, not %(token)s: it changed hands (now %(summary)s)")
-                % {"now": info.token, "token": token, "summary": fmt.summary(info, now)},
+                _("--token %(token)s does not match: the lease has token %(now)s, held by %(holder)s")
+                % {"now": info.token, "token": token, "holder": fmt.holder_text(info)},
             )
             return False
-        self.stdout.write(f"{printable(key)}: {fmt.summary(info, now)}")
+        if interactive:  # what the question is about; with --noinput, the "broken" line says it
+            self.stdout.write(f"{printable(key)}: {fmt.summary(info, now)}")
         if interactive and not self.confirm(key):
             self.not_broken(key, _("skipped: not confirmed"))
             return False
@@ -144,11 +161,12 @@ class Command(DynLockCommand):
         if not broken:
             self.not_broken(key, _("gone: released or taken over since it was shown"))
             return False
-        self.audit(key, info, reason, by)
-        self.stdout.write(
-            _("%(key)s: broken (token %(token)s)") % {"key": printable(key), "token": info.token},
-            style_func=self.style.SUCCESS,
-        )
+        # The engine logs the break, in one line naming whose lease it was.
+        if interactive:
+            line = _("%(key)s: broken (token %(token)s)") % {"key": printable(key), "token": info.token}
+        else:
+            line = _("%(key)s: broken: %(summary)s") % {"key": printable(key), "summary": fmt.summary(info, now)}
+        self.stdout.write(line, style_func=self.style.SUCCESS)
         return True
 
     def confirm(self, key: str) -> bool:
@@ -165,15 +183,4 @@ class Command(DynLockCommand):
         self.stdout.write(
             _("%(key)s: not broken: %(why)s") % {"key": printable(key), "why": printable(why)},
             style_func=self.style.WARNING,
-        )
-
-    def audit(self, key: str, info: LeaseInfo, reason: str, by: str) -> None:
-        # The engine logs the break too; this line adds whose lease it was.
-        logger.warning(
-            "breaklock: %s broke lock %r (token %s, held by %s): %s",
-            printable(by),
-            key,
-            info.token,
-            printable(fmt.holder_text(info)),
-            printable(reason or "no reason given"),
         )

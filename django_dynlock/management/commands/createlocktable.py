@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 from typing import Any
 
@@ -9,6 +10,7 @@ from django.core.management.base import CommandError, CommandParser
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from ...engine import iam
 from ...engine.client import LockClient
 from ...engine.failures import safe_endpoint
 from ...engine.table import TTL_UNSUPPORTED, TableStatus, table_definition
@@ -18,7 +20,7 @@ from ..base import EXIT_BACKEND, DynLockCommand, positive_int, positive_seconds,
 
 POLL_INTERVAL = 0.5  # seconds between DescribeTable calls while waiting for ACTIVE
 PROGRESS_EVERY = 5.0  # seconds between progress lines when the status does not change
-PRINT_CHOICES = ("all", "create-table", "ttl", "cloudformation")
+PRINT_CHOICES = ("all", "create-table", "ttl", "cloudformation", "iam-runtime", "iam-deploy")
 
 
 def ttl_is_on(status: TableStatus, attribute: str) -> bool:
@@ -66,9 +68,15 @@ class Command(DynLockCommand):
             metavar="WHAT",
             help=_(
                 "Print the CreateTable and UpdateTimeToLive requests and a CloudFormation snippet "
-                "instead of calling AWS. WHAT: %(choices)s (default: all)."
+                "instead of calling AWS. WHAT: %(choices)s (default: all). iam-runtime and iam-deploy "
+                "print the least-privilege IAM policies for the table."
             )
             % {"choices": ", ".join(PRINT_CHOICES)},
+        )
+        parser.add_argument(
+            "--account-id",
+            metavar="ID",
+            help=_("With --print iam-*: the AWS account of the table's ARN. Default: * (any account)."),
         )
 
     def handle(self, *args: Any, **options: Any) -> None:
@@ -81,6 +89,15 @@ class Command(DynLockCommand):
         if billing != "PROVISIONED" and (read is not None or write is not None):
             usage_error(_("--read and --write only apply with --billing-mode PROVISIONED"))
         client = self.client(options)
+        if options["account_id"] is not None and not (options["print_only"] or "").startswith("iam-"):
+            usage_error(_("--account-id only applies with --print iam-runtime or --print iam-deploy"))
+        if options["account_id"] is not None and not re.fullmatch(r"\d{12}", options["account_id"]):
+            usage_error(_("--account-id must be 12 digits, got %(value)r") % {"value": options["account_id"]})
+        if (options["print_only"] or "").startswith("iam-"):
+            which = options["print_only"].removeprefix("iam-")
+            opts = client.options
+            self.stdout.write(iam.policy_json(which, opts.table_name, opts.region_name, options["account_id"]))
+            return
         if options["print_only"]:
             self.print_definition(client, options["print_only"], billing, read, write)
             return

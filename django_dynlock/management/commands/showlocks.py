@@ -16,6 +16,8 @@ from ..base import DynLockCommand, positive_int, positive_seconds, translated_er
 
 FORMATS = ("table", "json", "csv")
 CLEAR_SCREEN = "\x1b[H\x1b[2J"
+# The key showlocks reads once to learn whether the table is keyed on KEY_ATTRIBUTE.
+SCHEMA_PROBE_KEY = "showlocks:key-schema"
 
 
 class _Raw:
@@ -70,6 +72,7 @@ class Command(DynLockCommand):
         if options["iterations"] is not None and options["watch"] is None:
             usage_error(_("--iterations only applies with --watch SECONDS"))
         client = self.client(options)
+        self.check_key_schema(client)
         if options["watch"] is None:
             self.show(client, options)
             return
@@ -78,6 +81,13 @@ class Command(DynLockCommand):
         except KeyboardInterrupt:
             # Ctrl-C is how --watch is meant to end: no traceback, exit 0.
             self.stdout.write("")
+
+    def check_key_schema(self, client: LockClient) -> None:
+        """A table keyed on another attribute holds none of our leases: its Scan would
+        say "No live leases". One read of a key (GetItem, a runtime action, unlike
+        DescribeTable) raises TableSchemaError there (dynlock.E103)."""
+        with translated_errors():
+            client.get(SCHEMA_PROBE_KEY)
 
     def watch(self, client: LockClient, options: dict[str, Any]) -> None:
         interval, limit = options["watch"], options["iterations"]
