@@ -56,6 +56,7 @@ class Acquiring(Holding):
         *,
         single: bool,
     ) -> Lease:
+        self._learn_clock(stored)
         started = time.monotonic()
         try:
             if not self._keylocks.enter(stored, wait):
@@ -274,6 +275,7 @@ class Acquiring(Holding):
             thread=threading.current_thread().name,
             holder=terms.holder,
             takeover_rvn=takeover_rvn,
+            watch_only=self._watch_only(),
         )
         return params, stamp + terms.lease_seconds
 
@@ -318,10 +320,13 @@ class Acquiring(Holding):
         """
         latest = self.clock.latest(sent)
         if latest is None:
-            return True, None
-        ahead = expires - (latest + lease.lease_seconds)
-        if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
-            return True, None
+            if not self._watch_only():
+                return True, None
+            ahead = 0.0  # no Date in the reply either: store no expiry, not the wall clock's
+        else:
+            ahead = expires - (latest + lease.lease_seconds)
+            if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
+                return True, None
         if abs(ahead) > CLOCK_WARNING:
             logger.warning(
                 "this host's wall clock is about %+.0fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",

@@ -19,7 +19,10 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from ..exceptions import ClientClosed
+from botocore.exceptions import ClientError
+
+from ..exceptions import ClientClosed, DynLockError
+from . import requests as rq
 from .clock import DRIFT, ServerClock
 from .failures import safe_endpoint
 from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
@@ -56,6 +59,7 @@ class ClientBase:
         self._closed = False
         # DynamoDB's clock as this client can bound it; see clock.py.
         self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
+        self._clock_read = False  # whether _learn_clock has asked once
         self._store = Store(options, self.clock, boto_client=boto_client, check_open=self._check_open)
         self._init_process_state()
         live_clients.add(self)  # type: ignore[arg-type]
@@ -155,6 +159,43 @@ class ClientBase:
             self._held.discard(lease)
         self._keylocks.leave(lease.stored_key)
         self._heartbeater.discard(lease)
+
+    def _learn_clock(self, stored: str) -> None:
+        """Before a client's first write: one read, whose reply's Date tells DynamoDB's clock.
+
+        So that the first write, like every later one, takes its expiry and the base of a
+        new fencing counter from DynamoDB's clock, not this host's (a clock a minute slow
+        stored an expiry a taker trusted, and started a counter below tokens already
+        issued). Half a read unit, once per client. Best effort: if it fails, the write
+        goes without (see requests.acquire, and _restamp in acquiring.py).
+        """
+        if self.clock.replies or self._clock_read:
+            return
+        self._clock_read = True
+        try:
+            self._store.call(
+                "get_item",
+                "learn DynamoDB's clock",
+                attempts=1,
+                Key=rq.key(self.options, stored),
+                ProjectionExpression="#k",
+                ExpressionAttributeNames={"#k": self.options.key_attribute},
+            )
+        except (DynLockError, ClientError) as exc:
+            logger.debug("could not read DynamoDB's clock before a first write: %s", exc)
+
+    def _watch_only(self) -> bool:
+        """Whether writes store no expiry: DynamoDB's replies carry no Date, so nothing tells its
+        clock, and this host's wall clock must not decide when a taker may take a lease."""
+        if not self.clock.dateless:
+            return False
+        self._store.say_once(
+            "no-date",
+            "replies of DynamoDB server at %s carry no Date header: lock expiries are not stored, "
+            "and a dead holder's key is taken over only by a waiter that watches it unchanged for a whole lease",
+            safe_endpoint(self.options.endpoint_url),
+        )
+        return True
 
     def _stamp(self, at: float) -> float:
         """The time a write sent at monotonic ``at`` stamps into the item.
