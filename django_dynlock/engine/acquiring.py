@@ -21,6 +21,7 @@ from botocore.exceptions import ClientError
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
+from .clock import monotonic
 from .holding import Holding
 from .lease import Lease
 from .waiting import Attempt
@@ -57,7 +58,7 @@ class Acquiring(Holding):
         single: bool,
     ) -> Lease:
         self._learn_clock(stored)
-        started = time.monotonic()
+        started = monotonic()
         try:
             if not self._keylocks.enter(stored, wait):
                 # Held (or being acquired) by another thread of this process: its lease
@@ -67,7 +68,7 @@ class Acquiring(Holding):
                     key,
                     holder=local,
                     retry_after=local.lease_seconds if local else None,
-                    waited=time.monotonic() - started,
+                    waited=monotonic() - started,
                 )
             try:
                 lease = self._acquire_remote(key, stored, Terms(started + wait, lease_seconds, holder), single=single)
@@ -77,7 +78,7 @@ class Acquiring(Holding):
         except LockNotAcquired as busy:
             self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease, waited=time.monotonic() - started)
+        self._start_holding(lease, waited=monotonic() - started)
         return lease
 
     def _acquire_remote(
@@ -112,7 +113,7 @@ class Acquiring(Holding):
         # expiry past by DynamoDB's clock, or its rvn unchanged for a whole lease. In
         # between it watches with consistent reads: a read costs a fifth of a write, is
         # cheaper for the server to answer, and leaves the holder's own writes unqueued.
-        began = time.monotonic()
+        began = monotonic()
         watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
         tries = 0
@@ -123,18 +124,18 @@ class Acquiring(Holding):
         reserved_looks = 0
         seen_busy = False  # a look of this call showed the key held by someone else
         while True:
-            due = self._waiting.takeover_in(last_item, watch, time.monotonic())
+            due = self._waiting.takeover_in(last_item, watch, monotonic())
             if due is not None and due <= 0:
                 write = True
             error: DynLockError | None = None
             look: Callable[[], dict[str, Any] | None] | None
-            looked_at = time.monotonic()
+            looked_at = monotonic()
             clock_was_known = self.clock.known
             if write:
                 attempt.seq += 1
                 takeover = watch.takeover_rvn(looked_at) if watch is not None else None
                 params, expires = self._acquire_request(stored, attempt, terms, takeover)
-                sent = time.monotonic()
+                sent = monotonic()
                 try:
                     reply = self._store.call(
                         "update_item", "acquire a lock", attempts=1, ReturnValues="ALL_NEW", **params
@@ -188,7 +189,7 @@ class Acquiring(Holding):
                         seen_busy = seen_busy or bool(
                             item and item.get(it.OWNER, {}).get("S") not in (None, attempt.owner)
                         )
-                        watch = self._waiting.observe(watch, item, time.monotonic(), attempt.owner)
+                        watch = self._waiting.observe(watch, item, monotonic(), attempt.owner)
                         self._waiting.remember(stored, watch)
                         if item:
                             # Every acquire, takeovers included, removes the reservation.
@@ -200,7 +201,7 @@ class Acquiring(Holding):
                         ):
                             attempt.reserved = True  # it may land even if we are interrupted: then give it back
                             attempt.reserved = self._reserve(stored, attempt.owner, item[it.OWNER]["S"])
-            now = time.monotonic()
+            now = monotonic()
             if (
                 write
                 and not clock_was_known
@@ -258,7 +259,7 @@ class Acquiring(Holding):
     ) -> tuple[dict[str, Any], float]:
         """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
         _ = self._store.boto  # built before the stamp is taken: building it takes a while the first time
-        at = time.monotonic()
+        at = monotonic()
         stamp = self._stamp(at)
         params = rq.acquire(
             self.options,

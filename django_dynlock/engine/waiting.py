@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 from ..exceptions import DynLockError
 from . import items as it
-from .clock import DRIFT, ServerClock
+from .clock import DRIFT, ServerClock, monotonic
 from .items import LeaseInfo
 from .options import ClientOptions
 from .requests import RESERVATION_GRACE
@@ -143,7 +142,7 @@ class WaitPolicy:
         """The hint a LockNotAcquired carries: when the key may be free."""
         if info is None or not info.is_held:
             return None
-        due = self.takeover_in(item, watch, time.monotonic())
+        due = self.takeover_in(item, watch, monotonic())
         return max(0.0, due) if due is not None else info.lease_seconds
 
     # -- the next turn ---------------------------------------------------------------------
@@ -154,7 +153,7 @@ class WaitPolicy:
             return False
         if len(holders_seen) < 2:  # all we need to know: the key changed hands
             holders_seen.add(current)
-        return len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
+        return len(holders_seen) > 1 and monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
 
     @staticmethod
     def looks_by_writing(reserved_looks: int, returns_item_on_failure: bool | None) -> bool:
