@@ -110,10 +110,12 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # The tests that assert a rate or a throughput (marked solo) run after the parallel pass,
-# one at a time. Exit status 5 (no test selected, e.g. by -k) is not a failure there.
+# on two workers: the two servers' mixed-fault runs side by side, nothing else beside them.
+# Exit status 5 (no test selected, e.g. by -k) is not a failure there.
+SOLO_XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n 2 --dist loadgroup)
 test: venv node java browser postgresql gettext
 	$(VENV)/bin/python -m pytest $(XDIST) -m "not solo" $(PYTEST_ARGS)
-	$(VENV)/bin/python -m pytest -m solo $(PYTEST_ARGS) || [ $$? = 5 ]
+	$(VENV)/bin/python -m pytest $(SOLO_XDIST) -m solo $(PYTEST_ARGS) || [ $$? = 5 ]
 	$(MAKE) --no-print-directory test-latest
 
 # A pass of the Django-facing tests on another Django and Python, in a venv of its own
