@@ -84,14 +84,18 @@ def test_after_a_restart_the_holder_loses_its_lease_before_anyone_else_can_hold_
         wait_for(lambda: "lost" in [name for name, _, _ in events], 10, "the holder to be told its lease is lost")
         assert not lease.is_held
         names = [name for name, _, _ in events]
-        assert names[:3] == ["acquired", "at_risk", "lost"], names
-        at_risk, lost = events[1], events[2]
-        # The first failed renewal could not connect (the server was down) or found no table.
-        assert isinstance(at_risk[2]["error"], BackendError)
+        # at_risk comes when a renewal fails; if the first failing renewal still waits for
+        # its timeout when the validity ends (a restarting JVM can accept and not answer),
+        # the alarm sends lost first, and at_risk after it or not at all.
+        assert "lost" in names and names[: names.index("lost")] in (["acquired"], ["acquired", "at_risk"]), names
+        lost = events[names.index("lost")]
+        if "at_risk" in names[: names.index("lost")]:
+            # The first failed renewal could not connect (the server was down) or found no table.
+            assert isinstance(events[1][2]["error"], BackendError)
         assert lost[2]["reason"] == "expired"
         print(
-            f"\n[{server.kind}] restart: holder at risk {at_risk[1] - restarted:+.2f}s and lost "
-            f"{lost[1] - restarted:+.2f}s after the server was back (lease 3 s); a waiter got TableNotFound"
+            f"\n[{server.kind}] restart: holder lost {lost[1] - restarted:+.2f}s after the server was back "
+            f"(lease 3 s; events {names}); a waiter got TableNotFound"
         )
         # Told before its lease (3 s from its last renewal, sent before the restart) ran out.
         assert lost[1] < restarted + 3.0
