@@ -113,6 +113,10 @@ def is_release(body):
     return "REMOVE #owner" in body.get("UpdateExpression", "") and ":me" in body.get("ExpressionAttributeValues", {})
 
 
+# Its margins are tight by design (two 1 s timeouts inside a 1.5 s lease): in the parallel
+# pass the lease expired once in a clean-clone run and once in a helper's run, so it runs
+# with the solo tests until the cause is found.
+@pytest.mark.solo
 @pytest.mark.parametrize("attempts", [1, 2], ids=["our-retry", "botocore-retry"])
 def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
