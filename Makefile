@@ -6,8 +6,8 @@
 #   make browser     Debian's chromium for the admin's browser test (apt-get, as root)
 #   make postgresql  Debian's PostgreSQL for tests/test_postgresql.py (apt-get, as root)
 #   make gettext     Debian's gettext for the makemessages test (apt-get, as root)
-#   make test        full test suite on pytest-xdist workers (the solo tests after, alone), then the
-#                    newest-Django pass (test-latest)
+#   make test        full test suite on pytest-xdist workers, the newest-Django pass (test-latest)
+#                    beside it, then the solo tests alone
 #   make lint        ruff (format check and lint) over the repository, mypy over the package
 #   make test-latest the Django-facing tests (-m "not slow") on Django 6.1 and the newest Python
 #                    3.13 or 3.12 found (PATH, then pyenv), on DynamoDB Local
@@ -109,14 +109,25 @@ lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
 
-# The tests that assert a rate, a throughput or a latency (marked solo) run after the
-# parallel pass, one at a time. (On two workers the mixed-fault run of each server was set
-# up twice, 83 s against 79 s.) Exit status 5 (no test selected, e.g. by -k) is not a
-# failure there.
-test: venv node java browser postgresql gettext
-	$(VENV)/bin/python -m pytest $(XDIST) -m "not solo" $(PYTEST_ARGS)
+# The newest-Django pass runs beside the parallel pass, on LATEST_WORKERS workers of its
+# own, its output kept in LATEST_LOG and printed after: both passes mostly wait, so together
+# they take little more than the parallel pass alone (docs/testing.md has the figures).
+# The tests that assert a rate, a throughput or a latency (marked solo) run after both,
+# one at a time with nothing else running. (On two workers the mixed-fault run of each
+# server was set up twice, 83 s against 79 s.) Exit status 5 (no test selected, e.g. by
+# -k) is not a failure there.
+LATEST_WORKERS ?= 2
+LATEST_LOG := .test-latest.log
+test: venv node java browser postgresql gettext | $(UV)
+	@echo "the newest-Django pass runs beside this one; its output follows it (from $(LATEST_LOG))"
+	@$(MAKE) --no-print-directory test-latest TEST_WORKERS=$(LATEST_WORKERS) >$(LATEST_LOG) 2>&1 & latest=$$!; \
+	main=0; $(VENV)/bin/python -m pytest $(XDIST) -m "not solo" $(PYTEST_ARGS) || main=$$?; \
+	beside=0; wait $$latest || beside=$$?; \
+	echo "================ the newest-Django pass, run beside the parallel pass ================"; \
+	cat $(LATEST_LOG); \
+	if [ $$main != 0 ] || [ $$beside != 0 ]; then \
+		echo "FAILED: parallel pass exit $$main, newest-Django pass exit $$beside"; exit 1; fi
 	$(VENV)/bin/python -m pytest -m solo $(PYTEST_ARGS) || [ $$? = 5 ]
-	$(MAKE) --no-print-directory test-latest
 
 # A pass of the Django-facing tests on another Django and Python, in a venv of its own
 # (.venv-django$(DJANGO), made by uv in seconds): make test-django DJANGO=6.0 PY=3.12

@@ -35,6 +35,9 @@ TEMPLATES = [
     }
 ]
 DATABASES = {"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}}
+# A fast hasher, as Django's testing docs advise: the default PBKDF2 costs about 0.3 s of CPU per
+# user made with a password, and the admin tests make dozens. No test is about hashing.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 # Port 9 (discard) on loopback: a test that forgets its fixture fails fast instead of
