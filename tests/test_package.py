@@ -73,8 +73,24 @@ urlpatterns = [path("admin/", admin.site.urls)]
 """
 
 
-# What a checkout holds besides its source: venvs, npm's and the builds' output, caches.
-NOT_SOURCE = (".git", ".venv*", "node_modules", ".demo", "*.egg-info", "build", "dist", "__pycache__", "results")
+# What a checkout holds besides its source: venvs, npm's and the builds' output, and the
+# caches and logs written while the suite runs (lint runs beside it in CI).
+NOT_SOURCE = (
+    ".git",
+    ".venv*",
+    "node_modules",
+    ".demo",
+    "*.egg-info",
+    "build",
+    "dist",
+    "__pycache__",
+    "results",
+    ".mypy_cache",
+    ".ruff_cache",
+    ".pytest_cache",
+    ".hypothesis",
+    ".test-latest.log",
+)
 
 
 @pytest.fixture(scope="module")
