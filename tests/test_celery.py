@@ -328,8 +328,7 @@ def test_a_task_at_its_soft_time_limit_releases_its_lock(run, task):
     name = uuid.uuid4().hex[:8]
     key = f"soft:{name}" if task == "soft_limited" else f"soft-once:{name}"
     getattr(tasks, task).delay(name, str(run.folder))
-    run.wait_events("start", 1, 30)
-    assert run.client.get(key) is not None
+    assert run.wait_events("start", 1, 30)[0]["token"] is not None  # held, as the task saw it
     run.wait_events("soft-limit", 1, 10)
     assert run.wait_free(key, 3) < 3
 

@@ -27,11 +27,12 @@ def test_a_handed_over_lease_is_continued_by_its_adopter(dynlock):
         assert info is not None and info.lease_seconds == 20 and info.token == lease.token
         assert dynlock.try_acquire("report:1") is None  # nobody holds it in a process, yet it is busy
 
-        adopted = worker.adopt(Handover.from_dict(handover.as_dict()), lease=3)
+        # 6 s, renewed every 2 s: a 3 s lease once ran out while four other test runs loaded the 2 cores.
+        adopted = worker.adopt(Handover.from_dict(handover.as_dict()), lease=6)
         assert adopted.is_held and adopted.token == lease.token and adopted.holder == {"task": "t", "task_id": "abc"}
-        time.sleep(4)  # past the adopted lease: renewed by the adopter's heartbeat
+        time.sleep(7)  # past the adopted lease: renewed by the adopter's heartbeat
         assert adopted.is_held and worker.try_acquire("report:1") is None
-        assert dynlock.get("report:1").lease_seconds == 3
+        assert dynlock.get("report:1").lease_seconds == 6
         adopted.release()
         assert dynlock.get("report:1") is None
     finally:

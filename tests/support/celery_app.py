@@ -170,9 +170,14 @@ def graceful_report(user_id: str) -> None:
     """Its enqueue returns None while the key is busy."""
 
 
-def _overrun_soft_limit(task: Task, folder: str) -> None:
-    """Hold past the task's soft time limit, recording the start and the limit's exception."""
-    record(folder, "start", task_id=task.request.id)
+def _overrun_soft_limit(task: Task, folder: str, key: str) -> None:
+    """Hold past the task's soft time limit, recording the start (with the token stored for
+    ``key``, read here: a read by the test could come after the limit on a loaded machine)
+    and the limit's exception."""
+    from django_dynlock import get_lock_client
+
+    held = get_lock_client().get(key)
+    record(folder, "start", task_id=task.request.id, token=held.token if held else None)
     try:
         _hold(20)
     except SoftTimeLimitExceeded:
@@ -184,13 +189,13 @@ def _overrun_soft_limit(task: Task, folder: str) -> None:
 @dynamo_lock("soft:{name}", lease=30)
 def soft_limited(self, name: str, folder: str) -> None:
     """Overruns its soft time limit; its 30 s lease must not outlive it."""
-    _overrun_soft_limit(self, folder)
+    _overrun_soft_limit(self, folder, f"soft:{name}")
 
 
 @app.task(bind=True, base=QueueOnce, once={"key": "soft-once:{name}", "timeout": 60, "lease": 30}, soft_time_limit=1)
 def soft_limited_once(self, name: str, folder: str) -> None:
     """A QueueOnce task that overruns its soft time limit."""
-    _overrun_soft_limit(self, folder)
+    _overrun_soft_limit(self, folder, f"soft-once:{name}")
 
 
 @app.task(bind=True, base=QueueOnce, once={"key": "hard-once:{name}", "timeout": 60, "lease": 30}, time_limit=1)
