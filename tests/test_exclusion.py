@@ -113,9 +113,12 @@ def is_release(body):
     return "REMOVE #owner" in body.get("UpdateExpression", "") and ":me" in body.get("ExpressionAttributeValues", {})
 
 
-# Its margins are tight by design (two 1 s timeouts inside a 1.5 s lease): in the parallel
-# pass the lease expired once in a clean-clone run and once in a helper's run, so it runs
-# with the solo tests until the cause is found.
+# A dropped reply closes the connection at once, so the holder's chain of renewals (the
+# write, the error, the retry, again) fits its lease only while round trips are quick: at a
+# load average of 8-12 a 1.5 s lease expired in 1 of 4 runs (twice in the parallel pass
+# before); with 3 s, in none of the 32 whose failures were read. Its 1 s read timeouts
+# still let DynamoDB Local miss the acquire at that load (3 of 32), so it runs with the
+# solo tests.
 @pytest.mark.solo
 @pytest.mark.parametrize("attempts", [1, 2], ids=["our-retry", "botocore-retry"])
 def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
@@ -128,8 +131,8 @@ def test_lost_replies_lose_no_lock_and_make_no_second_holder(dynlock, attempts):
         holder = client_for(
             proxy.endpoint_url,
             dynlock.options.table_name,
-            lease_duration=1.5,
-            heartbeat_period=0.3,
+            lease_duration=3.0,
+            heartbeat_period=0.6,
             client_config=config,
         )
         rival = client_for(dynlock.server.endpoint_url, dynlock.options.table_name)
