@@ -114,6 +114,18 @@ def holder_process(browser_table, tmp_path):
         process.wait(timeout=10)
 
 
+def log_in(page, base: str) -> None:
+    """Log in as the operator: the admin sends us to the login page first."""
+    from playwright.sync_api import expect
+
+    page.goto(f"{base}/admin/")
+    expect(page).to_have_url(re.compile(r"/admin/login/"))
+    page.fill("#id_username", USERNAME)
+    page.fill("#id_password", PASSWORD)
+    page.click("input[type=submit]")
+    expect(page).to_have_url(f"{base}/admin/")
+
+
 def test_break_a_lease_held_by_another_process(admin_server, browser_table, holder_process):
     from playwright.sync_api import expect, sync_playwright
 
@@ -136,13 +148,7 @@ def test_break_a_lease_held_by_another_process(admin_server, browser_table, hold
             page = browser.new_page(viewport={"width": 1280, "height": 760})
             page.set_default_timeout(STEP_TIMEOUT_MS)
 
-            # Log in: the admin sends us to the login page first.
-            page.goto(f"{base}/admin/")
-            expect(page).to_have_url(re.compile(r"/admin/login/"))
-            page.fill("#id_username", USERNAME)
-            page.fill("#id_password", PASSWORD)
-            page.click("input[type=submit]")
-            expect(page).to_have_url(f"{base}/admin/")
+            log_in(page, base)
 
             # The index lists "Leases"; the list shows the other process' lease and its token.
             page.locator("#content-main").get_by_role("link", name="Leases").click()
@@ -214,3 +220,60 @@ def test_break_a_lease_held_by_another_process(admin_server, browser_table, hold
     assert all(lease.is_held for lease in others)
     for lease in others:
         lease.release()
+
+
+def test_a_demo_run_shows_its_lock_on_the_page_and_in_the_refreshing_admin_list(admin_server):
+    """Issue 31: during a demo run nothing showed that it was running, and its lock never
+    appeared in the admin (the list did not refresh; a run lasted 3 s)."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base = admin_server.url
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000
+        )
+        try:
+            # Two windows, as a person would put them side by side: the demo, and the admin.
+            demo = browser.new_context(viewport={"width": 900, "height": 700}).new_page()
+            admin = browser.new_context(viewport={"width": 1280, "height": 700}).new_page()
+            for page in (demo, admin):
+                page.set_default_timeout(STEP_TIMEOUT_MS)
+            demo.goto(f"{base}/demo/events/1/")  # the event the demo's migration creates
+            expect(demo.locator("#lock-state")).to_have_text("free")
+
+            # The page's link: the admin's list on the event's key, refreshing every second.
+            log_in(admin, base)
+            admin.goto(base + demo.locator("#admin-link").get_attribute("href"))
+            expect(admin.locator("#dynlock-refresh")).to_have_value("1")
+            expect(admin.locator('tr[data-key="event:1"]')).to_have_count(0)
+            admin.evaluate("window.notReloaded = true")  # gone if the page were loaded again
+
+            # A locked run whose five payments take 1 s each: the page shows it going...
+            demo.select_option("#think", "1")
+            demo.click("#locked")
+            expect(demo.locator("#indicator")).to_have_class("running")
+            expect(demo.locator("#run-title")).to_contain_text("Running: the locked run")
+            expect(demo.locator("#lock-state")).to_have_text("held", timeout=STEP_TIMEOUT_MS)
+            expect(demo.locator("#lock-detail")).to_contain_text("by testproject.booking.views.book_view on ")
+            expect(demo.locator("#lock-detail")).to_contain_text("lease ends in ")
+            expect(demo.locator("#lock-seen")).to_contain_text("Holders seen during this run: ")
+            expect(demo.locator("#run-count")).to_contain_text(re.compile(r"^[1-9]\d* of 40 answered$"))
+
+            # ...and the admin's list shows the lease without being reloaded.
+            row = admin.locator('tr[data-key="event:1"]')
+            expect(row).to_have_count(1, timeout=STEP_TIMEOUT_MS)
+            expect(row.locator(".dynlock-state")).to_have_text("held")
+            expect(row.locator("td.field-holder")).to_contain_text("testproject.booking.views.book_view")
+
+            # The run ends: five bookings, the lock free on the page, the lease gone from the list.
+            expect(demo.locator("#result")).to_have_text(
+                "5 bookings for 5 seats (seats left: 0): nobody double-booked.", timeout=60_000
+            )
+            expect(demo.locator("#run-title")).to_contain_text("Finished: the locked run, in ")
+            expect(demo.locator("#run-count")).to_have_text("40 of 40 answered")
+            expect(demo.locator("#indicator")).not_to_have_class("running")
+            expect(demo.locator("#lock-state")).to_have_text("free", timeout=STEP_TIMEOUT_MS)
+            expect(row).to_have_count(0, timeout=STEP_TIMEOUT_MS)
+            assert admin.evaluate("window.notReloaded") is True
+        finally:
+            browser.close()
