@@ -277,3 +277,52 @@ def test_a_demo_run_shows_its_lock_on_the_page_and_in_the_refreshing_admin_list(
             assert admin.evaluate("window.notReloaded") is True
         finally:
             browser.close()
+
+
+def test_auto_refresh_keeps_the_operators_selection_and_can_be_turned_off(admin_server, browser_table):
+    from playwright.sync_api import expect, sync_playwright
+
+    _, _, client = browser_table
+    first = client.acquire("job:first", lease=30)
+    base = admin_server.url
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(
+            executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS, timeout=60_000
+        )
+        try:
+            page = browser.new_page(viewport={"width": 1280, "height": 700})
+            page.set_default_timeout(STEP_TIMEOUT_MS)
+            log_in(page, base)
+            page.goto(f"{base}/admin/django_dynlock/lease/?refresh=1")
+            page.evaluate("window.notReloaded = true")
+            status = page.locator("#dynlock-refresh-status")
+
+            # A ticked row pauses the refresh: a lease taken meanwhile is not swapped in.
+            page.check('tr[data-key="job:first"] input.action-select')
+            second = client.acquire("job:second", lease=30)
+            expect(status).to_have_text("Auto-refresh paused while leases are selected.", timeout=STEP_TIMEOUT_MS)
+            time.sleep(2.5)  # two more periods
+            expect(page.locator('tr[data-key="job:second"]')).to_have_count(0)
+            expect(page.locator('tr[data-key="job:first"] input.action-select')).to_be_checked()
+
+            # Unticked, the next refresh shows it.
+            page.uncheck('tr[data-key="job:first"] input.action-select')
+            expect(page.locator('tr[data-key="job:second"]')).to_have_count(1, timeout=STEP_TIMEOUT_MS)
+            expect(status).to_have_text("")
+            assert page.evaluate("window.notReloaded") is True
+
+            # Choosing a period, or off, loads the list with it in the URL.
+            page.select_option("#dynlock-refresh", "5")
+            expect(page).to_have_url(re.compile(r"[?&]refresh=5(&|$)"))
+            expect(page.locator("#changelist")).to_have_attribute("data-refresh", "5")
+            page.select_option("#dynlock-refresh", "")
+            expect(page).to_have_url(re.compile(r"[?&]refresh=(&|$)"))
+            expect(page.locator("#changelist")).not_to_have_attribute("data-refresh", re.compile(".*"))
+            second.release()
+            page.evaluate("window.notReloaded = true")
+            time.sleep(2.5)  # off: the list stays as it was read
+            expect(page.locator('tr[data-key="job:second"]')).to_have_count(1)
+            assert page.evaluate("window.notReloaded") is True
+        finally:
+            browser.close()
+    first.release()
