@@ -73,7 +73,7 @@ def banner(endpoint_url: str, name: str) -> list[str]:
     base = f"http://{LOOPBACK}:{WEB_PORT}"
     return [
         "",
-        f"  Demo:     {base}{DEMO_PATH}  (40 concurrent bookings, with and without the lock)",
+        f"  Demo:     {base}{DEMO_PATH}  (40 bookings for 5 seats, with and without the lock)",
         f"  Admin:    {base}{ADMIN_PATH}  (the leases)",
         f"  Login:    {ADMIN_USER} / {ADMIN_PASSWORD}",
         f"  DynamoDB: {endpoint_url} ({name}, in memory)",

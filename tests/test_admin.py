@@ -334,6 +334,36 @@ def test_one_dynamodb_call_per_page_and_cursor_pagination(dynlock, viewer):
     assert 3 <= pages <= 4
 
 
+def test_auto_refresh_is_off_by_default(table, viewer):
+    text = content(viewer.get(changelist_url()))
+    assert 'id="changelist">' in text and "data-refresh" not in text  # the script refreshes nothing
+    assert re.search(r'<option value="" selected>off</option>', text)
+    assert "django_dynlock/lease_refresh.js" in text  # which also reloads the page when a period is chosen
+
+
+def test_the_auto_refresh_period_is_kept_in_the_pages_links(table, viewer):
+    # issue 31: the demo's lease never showed in the list, which did not refresh
+    put_leases(table, ["a"])
+    put_leases(table, ["old"], expires_in=-120)
+    response = viewer.get(changelist_url(refresh="2", cursor=encode_cursor({"key": {"S": "a"}}, "key")))
+    text = content(response)
+    assert 'id="changelist" data-refresh="2">' in text
+    assert re.search(r'<option value="2" selected>every 2 seconds</option>', text)
+    assert "refresh=2" in html.unescape(re.search(r'href="([^"]*)" class="dynlock-first"', text).group(1))
+    assert "refresh=2" in response.context["toggle_all_url"]
+    first = content(viewer.get(changelist_url(refresh="2")))
+    assert "refresh=2" in html.unescape(re.search(r'href="([^"]*)">show them', first).group(1))
+    one = content(viewer.get(changelist_url(refresh="1")))
+    assert re.search(r'<option value="1" selected>every second</option>', one)
+
+
+@pytest.mark.parametrize("value", ["3", "0", "-1", "abc", "1.5"])
+def test_an_auto_refresh_period_not_offered_is_off_and_says_so(table, viewer, value):
+    text = content(viewer.get(changelist_url(refresh=value)))
+    assert "data-refresh" not in text
+    assert "Auto-refresh is off: " in text and "is not one of its periods (1, 2, 5, 10, 30, 60 seconds)." in text
+
+
 def test_an_invalid_cursor_shows_the_first_page(table, viewer):
     put_leases(table, ["a"])
     response = viewer.get(changelist_url(cursor="%21%21%21"))

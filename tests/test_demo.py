@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import copy
+import datetime as dt
 import threading
 
 import pytest
 from django.db import connection
 from django.test import Client
 
+from django_dynlock.management.formatting import CLOCK_ERROR
 from testproject.booking.models import Booking, Event
 
 
@@ -80,3 +83,61 @@ def test_make_runs_banner_names_the_demo_page_and_it_is_there(dynlock, client):
     assert f"http://127.0.0.1:8000{demo.DEMO_PATH}" in demo_line
     page = client.get(demo.DEMO_PATH)  # the event the demo's migration creates
     assert page.status_code == 200 and b"The last five seats" in page.content
+
+
+# -- the run's indicator (issue 31: nothing showed that a run was going) ------------------------
+@pytest.mark.django_db
+def test_the_status_names_the_holder_of_the_events_lock_then_says_it_is_free(dynlock, client):
+    event = Event.objects.create(name="Gig", seats_left=2)
+    key = f"event:{event.pk}"
+    lease = dynlock.acquire(key, lease=30, holder={"view": "testproject.booking.views.book_view", "user": "7"})
+    status = client.get(f"/demo/events/{event.pk}/status/").json()
+    assert status["seats_left"] == 2 and status["bookings"] == 0
+    lock = status["lock"]
+    info = dynlock.get(key)
+    assert lock["key"] == key and lock["held"] is True
+    assert lock["token"] == str(lease.token)  # a string: JavaScript's numbers are exact to 2**53 only
+    assert lock["holder"] == f"testproject.booking.views.book_view (user 7) on {info.host}:{info.pid}"
+    assert lock["lease_seconds"] == 30
+    # Two estimates of DynamoDB's clock (the holder's, the page's) from Date headers of one
+    # second's resolution: a lease of 30 s may show up to 31 s left.
+    assert 0 <= lock["held_for"] < 10 and 20 < lock["expires_in"] <= 30 + CLOCK_ERROR
+    when = {name: dt.datetime.fromisoformat(lock[name]) for name in ("acquired_at", "now", "expires_at")}
+    assert all(value.utcoffset() == dt.timedelta(0) for value in when.values())
+    assert abs((when["expires_at"] - when["acquired_at"]).total_seconds() - 30) <= CLOCK_ERROR
+    assert lock["admin_url"] == f"/admin/django_dynlock/lease/?q=event%3A{event.pk}&refresh=1"
+    lease.release()
+    lock = client.get(f"/demo/events/{event.pk}/status/").json()["lock"]
+    assert lock["held"] is False and "holder" not in lock and "error" not in lock
+
+
+@pytest.mark.django_db
+def test_the_status_says_when_dynamodb_cannot_be_read(dynlock, client, settings):
+    event = Event.objects.create(name="Gig", seats_left=2)
+    broken = copy.deepcopy(settings.DYNLOCK)
+    broken["default"]["TABLE_NAME"] = dynlock.options.table_name + "-missing"
+    settings.DYNLOCK = broken
+    reply = client.get(f"/demo/events/{event.pk}/status/")
+    assert reply.status_code == 200  # the page keeps polling and shows why
+    lock = reply.json()["lock"]
+    assert lock["held"] is False and "-missing" in lock["error"] and "createlocktable" in lock["error"]
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("path", ["book", "book-unlocked"])
+@pytest.mark.parametrize("think", ["1.5", "-0.1", "nan", "soon"])
+def test_a_payment_time_out_of_range_is_refused(mock_dynlock, client, path, think):
+    event = Event.objects.create(name="Gig", seats_left=2)
+    reply = client.post(f"/demo/events/{event.pk}/{path}/", {"think": think})
+    assert reply.status_code == 400
+    assert reply.json() == {"booked": False, "reason": "think must be a number of seconds from 0 to 1.0"}
+    assert Event.objects.get(pk=event.pk).seats_left == 2
+
+
+@pytest.mark.django_db
+def test_the_event_page_offers_the_payment_times_and_links_to_the_admin_on_its_key(mock_dynlock, client):
+    event = Event.objects.create(name="Gig", seats_left=2)
+    text = client.get(f"/demo/events/{event.pk}/").content.decode()
+    assert f'<code id="lock-key">event:{event.pk}</code>' in text
+    assert f'href="/admin/django_dynlock/lease/?q=event%3A{event.pk}&amp;refresh=1"' in text
+    assert '<option value="1">1 s</option>' in text

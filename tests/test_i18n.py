@@ -48,14 +48,16 @@ def read_po(path: Path) -> dict[tuple[str, str | None], list[str]]:
             assert not line.startswith("#~"), f"obsolete entry in {path.name}: {block}"
             if line.startswith("#,"):
                 assert "fuzzy" not in line, f"fuzzy entry in {path.name}: {block}"
-            elif line.startswith(("msgid", "msgstr")):
+            elif line.startswith(("msgctxt", "msgid", "msgstr")):
                 field, text = line.split(" ", 1)
                 fields[field] = ast.literal_eval(text)
             elif line.startswith('"'):
                 fields[field] += ast.literal_eval(line)
         if fields.get("msgid"):  # the header's msgid is empty
             forms = [fields[name] for name in sorted(fields) if name.startswith("msgstr")]
-            entries[(fields["msgid"], fields.get("msgid_plural"))] = forms
+            # With a context, the id as the .mo stores it (what pgettext looks up).
+            msgid = f"{fields['msgctxt']}\x04{fields['msgid']}" if "msgctxt" in fields else fields["msgid"]
+            entries[(msgid, fields.get("msgid_plural"))] = forms
     return entries
 
 
@@ -160,6 +162,12 @@ def test_the_admin_pages_render_in_french(table, operator, settings, how):
         "Rompre les baux sélectionnés",
         'placeholder="Préfixe de clé"',
         "Inclure les libérés et les expirés",
+        "Actualisation automatique :",
+        '<option value="" selected>désactivée</option>',  # "off", with its context
+        '<option value="1">toutes les secondes</option>',
+        '<option value="5">toutes les 5 secondes</option>',
+        'data-paused="Actualisation automatique en pause tant que des baux sont sélectionnés."',
+        'data-failed="La liste n\'a pas pu être actualisée : rechargez la page."',
     ):
         assert french in text, french
     for english in ("<span>Holder</span>", "Time left", "End of the table.", "Break selected leases", " ago<"):

@@ -127,6 +127,7 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
         "django_dynlock/migrations/0001_initial.py",
         "django_dynlock/management/commands/createlocktable.py",
         "django_dynlock/templates/admin/django_dynlock/lease/change_list.html",
+        "django_dynlock/static/django_dynlock/lease_refresh.js",  # the list's auto-refresh
         "django_dynlock/locale/fr/LC_MESSAGES/django.mo",  # compiled: no gettext needed to install
         "django_dynlock/locale/fr/LC_MESSAGES/django.po",
         f"{info}/licenses/LICENSE",
@@ -146,6 +147,7 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
         "setup.cfg",
         "django_dynlock/py.typed",
         "django_dynlock/templates/admin/django_dynlock/lease/change_list.html",
+        "django_dynlock/static/django_dynlock/lease_refresh.js",
         "django_dynlock/locale/fr/LC_MESSAGES/django.mo",
         "django_dynlock/locale/fr/LC_MESSAGES/django.po",
     ):

@@ -55,6 +55,9 @@ from .rows import Row, make_row, raw_json
 BREAK_ACTION = "break_leases"
 #: Most keys one bulk confirmation page reads (one GetItem each).
 MAX_SELECTED = 100
+#: The list's auto-refresh periods, in seconds (the ``refresh`` query parameter). Each
+#: refresh is the page's one Scan, so none is shorter than a second.
+REFRESH_CHOICES = (1, 2, 5, 10, 30, 60)
 TEMPLATES = "admin/django_dynlock/lease"
 
 
@@ -184,6 +187,20 @@ class LeaseAdmin(admin.ModelAdmin):
         return rows
 
     # -- the list ----------------------------------------------------------------------
+    def _refresh(self, request: HttpRequest) -> int | None:
+        """The auto-refresh period the query string asks for (None: off)."""
+        value = request.GET.get("refresh", "")
+        if not value:
+            return None
+        if value.isdigit() and int(value) in REFRESH_CHOICES:
+            return int(value)
+        messages.warning(
+            request,
+            _("Auto-refresh is off: %(value)r is not one of its periods (%(choices)s seconds).")
+            % {"value": value, "choices": ", ".join(map(str, REFRESH_CHOICES))},
+        )
+        return None
+
     def changelist_view(self, request: HttpRequest, extra_context: dict[str, Any] | None = None) -> HttpResponse:
         self._require_view(request)
         if request.method == "POST":
@@ -191,6 +208,7 @@ class LeaseAdmin(admin.ModelAdmin):
         confirm_breaks(request)
         query = request.GET.get("q", "")
         include_all = request.GET.get("all") == "1"
+        refresh = self._refresh(request)
         cursor = request.GET.get("cursor", "")
         try:
             page_number = max(1, min(int(request.GET.get("p", "1")), 10**9))
@@ -224,7 +242,7 @@ class LeaseAdmin(admin.ModelAdmin):
             hidden_expired = len(infos) - len(live)
             infos = live
         rows = self._rows(sorted(infos, key=lambda info: info.key), alias, now)
-        base = {"q": query, "all": "1" if include_all else ""}
+        base = {"q": query, "all": "1" if include_all else "", "refresh": refresh}
         context = self._context(
             request,
             _("Leases"),
@@ -240,7 +258,11 @@ class LeaseAdmin(admin.ModelAdmin):
             next_page_url=self._url("changelist", alias=alias, **base, cursor=next_cursor, p=page_number + 1)
             if next_cursor
             else None,
-            toggle_all_url=self._url("changelist", alias=alias, q=query, all="" if include_all else "1"),
+            toggle_all_url=self._url(
+                "changelist", alias=alias, q=query, all="" if include_all else "1", refresh=refresh
+            ),
+            refresh=refresh,
+            refresh_choices=REFRESH_CHOICES,
             break_action=BREAK_ACTION,
             now=now,
             **(extra_context or {}),
