@@ -96,9 +96,7 @@ def server_params() -> list[str]:
     chosen = [name.strip() for name in os.environ.get("DYNLOCK_TEST_SERVERS", "").split(",") if name.strip()]
     unknown = set(chosen) - set(SERVER_MATRIX)
     if unknown:
-        pytest.exit(
-            f"DYNLOCK_TEST_SERVERS: unknown {sorted(unknown)}; choose from {', '.join(SERVER_MATRIX)}"
-        )
+        pytest.exit(f"DYNLOCK_TEST_SERVERS: unknown {sorted(unknown)}; choose from {', '.join(SERVER_MATRIX)}")
     return chosen or SERVER_MATRIX
 
 
@@ -158,13 +156,18 @@ def pytest_runtest_call(item):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config, items):
-    """Shared-setup groups for xdist; with DYNLOCK_TEST_ENDPOINT, the tests on ``server`` and
-    nothing that starts a local server; against https (AWS), nothing behind the fault proxy,
-    which speaks http only."""
+    """Shared-setup groups for xdist, and the slow tests first; with DYNLOCK_TEST_ENDPOINT,
+    the tests on ``server`` and nothing that starts a local server; against https (AWS),
+    nothing behind the fault proxy, which speaks http only."""
     for item in items:
         group = xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        # Workers take tests in this order: a long test taken last (the 60 s wait was) runs
+        # alone at the end while the other workers idle. A stable sort keeps the rest as
+        # collected, the same on every worker, as xdist requires.
+        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if not TEST_ENDPOINT:
         return
     keep, drop = [], []
