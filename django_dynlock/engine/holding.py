@@ -27,6 +27,11 @@ RELEASE_RETRY_FOR = 600.0
 
 EXPIRED = "no successful renewal within the lease (DynamoDB unreachable?)"
 
+# Seconds a throttled renewal is tried again (MAX_RETRY_DELAY apart) before its lease is
+# at risk, within a third of its validity (Holding._renewal_patience). Waiters throttled
+# on the same key back off (waiting.py): the holder's renewals keep priority.
+RENEWAL_PATIENCE = 1.0
+
 
 class Holding(ClientBase):
     """Renew, extend and release held leases; notice and report their loss."""
@@ -51,7 +56,7 @@ class Holding(ClientBase):
                 lease_seconds=lease_seconds,
                 stamp=stamp,
             )
-            self._store.call("update_item", "renew a lease", **request)
+            self._store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
         except ClientError as exc:
             item = self._store.old_item(exc, lease.stored_key)
             # Still ours with this write's number (or a later one): an earlier try of this
@@ -61,6 +66,12 @@ class Holding(ClientBase):
         if lease.upkeep.renewed(sent, lease_seconds, self._holder_end(sent, lease_seconds, expires)):
             self._emit("recovered", lease)
         return True, None
+
+    def _renewal_patience(self, lease: Lease) -> float:
+        """How long a throttled renewal keeps asking before the lease is at risk: a third
+        of what is left of its validity, at most RENEWAL_PATIENCE (the heartbeat thread
+        renews the client's other leases too)."""
+        return max(0.0, min(RENEWAL_PATIENCE, (lease.valid_until - time.monotonic()) / 3))
 
     def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
         """One renewal; raises LockLost if the lease is gone, DynLockError on failure."""
