@@ -158,12 +158,14 @@ class Holding(ClientBase):
         that much late, after a taker could already hold the key. The holder's own checks
         (``is_held``, ``raise_if_lost``) read the clock and were never late; listeners
         (the ``lock_lost`` signal) were. Armed only when this renewal could outlast the
-        validity: with settings that pass dynlock.W001 (a call takes at most half the
-        lease), only the retries of a lease at risk.
+        validity, its throttled retries (``_renewal_patience``) included: with settings
+        that pass dynlock.W001 (a call takes at most half the lease), the retries of a
+        lease at risk, and the renewals of a short lease.
         """
         end = lease.valid_until
         left = end - time.monotonic()
-        if left > call_budget(self.options.client_config) or lease.upkeep.watched_end == end:
+        longest = call_budget(self.options.client_config) + self._renewal_patience(lease)
+        if left > longest or lease.upkeep.watched_end == end:
             return
         lease.upkeep.watched_end = end
         self._heartbeater.alarm(end, lambda: self._lose_if_ended(lease, end))
