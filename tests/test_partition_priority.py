@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ import pytest
 
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.partitions import Partitions
+from tests.support.clients import client_for
 from tests.support.polling import wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -97,3 +99,21 @@ def test_a_live_holder_keeps_its_lease_while_its_waiters_drain_the_partition(dyn
     assert seen.throttles > 0, summary  # the bucket did bite
     # They back off: 0.65-0.68 of their unthrottled requests (0.83-0.90 before).
     assert _sent(throttled) <= 0.75 * _sent(calm), summary
+
+
+def test_a_throttled_renewal_keeps_asking_within_the_validity(dynlock):
+    # Before: three tries milliseconds apart, then the renewal failed (the lease at
+    # risk, extend() raising). Now it asks again until a third of the validity is spent.
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        holder = client_for(proxy.endpoint_url, dynlock.options.table_name, lease_duration=5.0, heartbeat_period=1.0)
+        try:
+            lease = holder.acquire("renewed", wait=0)
+            renewals = proxy.add_fault("throttle", operation="UpdateItem", times=8)
+            started = time.monotonic()
+            lease.extend()
+            took = time.monotonic() - started
+            assert renewals.fired == 8 and lease.is_held
+            assert took < lease.lease_seconds / 3, took  # patient, within the validity
+            lease.release()
+        finally:
+            holder.close()
