@@ -29,7 +29,7 @@ from django.http import HttpRequest, HttpResponse
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
-from .exceptions import BackendError, DynLockError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
+from .exceptions import BackendError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
 from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock")
@@ -395,10 +395,11 @@ class dynamo_lock:
         return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder)
 
     async def _acquire_async(self, keys: list[str], holder: Mapping[str, Any]) -> Handle:
-        """Waits without holding a thread (one key; several keys still wait on a thread)."""
+        """Waits without holding a thread, for one key or several."""
+        client = self._client()
         if len(keys) == 1:
-            return await self._client().acquire_async(keys[0], wait=self.wait, lease=self.lease, holder=holder)
-        return await _acquire_in_thread(lambda: self._acquire(keys, holder))
+            return await client.acquire_async(keys[0], wait=self.wait, lease=self.lease, holder=holder)
+        return await client.acquire_many_async(keys, wait=self.wait, lease=self.lease, holder=holder)
 
     async def _finish_async(self, handle: Handle, error: BaseException | None) -> None:
         """``_finish`` on the client's holders' pool: a release never queues behind waiters."""
@@ -612,24 +613,6 @@ def _pop_context(lock: dynamo_lock) -> tuple[_Held, bool, contextvars.Token[tupl
             _entered.set(stack[:index] + stack[index + 1 :])
             return entry, entered, token
     raise RuntimeError("dynamo_lock.__exit__ without a matching __enter__ in this context")
-
-
-async def _acquire_in_thread(acquire: Callable[[], Handle]) -> Handle:
-    """Acquire in a worker thread; if we are cancelled meanwhile, release what it got."""
-    future = asyncio.get_running_loop().run_in_executor(None, acquire)
-    try:
-        return await asyncio.shield(future)
-    except asyncio.CancelledError:
-
-        def release_late(done: asyncio.Future[Handle]) -> None:
-            if not done.cancelled() and done.exception() is None:
-                try:
-                    done.result().release()
-                except DynLockError as exc:
-                    logger.warning("releasing a lease acquired after its caller was cancelled failed: %s", exc)
-
-        future.add_done_callback(release_late)
-        raise
 
 
 def _is_status(value: object) -> bool:

@@ -114,3 +114,96 @@ def test_a_cancelled_async_waiter_leaves_nothing_behind(dynlock):
         dynlock.acquire("cancelled", wait=1).release()
     finally:
         holder.close()
+
+
+def test_acquire_many_async_is_all_or_nothing(dynlock):
+    # On DynamoDB Local one transaction; on dynalite (no transactions) one key at a time,
+    # the first given back while the second is busy.
+    other = other_client(dynlock)
+    blocker = other.acquire("acct:2")
+    keys = ["acct:3", "acct:1", "acct:2"]
+
+    async def main() -> None:
+        with pytest.raises(LockNotAcquired) as caught:
+            await dynlock.acquire_many_async(keys, wait=0.3)
+        assert caught.value.key == "acct:2" and set(caught.value.keys) == set(keys)
+        assert dynlock.get("acct:1") is None and dynlock.get("acct:3") is None
+
+        async def release_soon() -> None:
+            await asyncio.sleep(0.3)
+            await asyncio.to_thread(blocker.release)
+
+        releasing = asyncio.create_task(release_soon())
+        group = await dynlock.acquire_many_async(keys, wait=5)
+        await releasing
+        try:
+            assert group.keys == ["acct:1", "acct:2", "acct:3"] and group.is_held
+            assert all(dynlock.get(k).token == t for k, t in group.tokens.items())
+            assert group["acct:2"].token > blocker.token
+            assert other.try_acquire("acct:1") is None
+        finally:
+            await dynlock.run_for_holder(group.release)
+
+    try:
+        asyncio.run(main())
+        assert all(dynlock.get(k) is None for k in keys)
+        assert dynlock.has_transactions is (dynlock.server.kind != "dynalite")
+    finally:
+        other.close()
+
+
+def test_async_waiters_for_several_keys_hold_no_thread_of_the_loop(dynlock):
+    # Several keys waited on a thread of the event loop's default executor, one thread
+    # per waiter (decorators._acquire_in_thread): now the same steps as one key.
+    holder = other_client(dynlock)
+    lease = holder.acquire("pair:2", wait=0)
+    sections: list[tuple[float, float]] = []
+    default_threads: list[int] = []
+
+    async def section() -> str:
+        try:
+            async with dynamo_lock("pair:1", "pair:2", wait=3):
+                start = time.monotonic()
+                await asyncio.sleep(0.02)
+                sections.append((start, time.monotonic()))
+                return "ok"
+        except LockNotAcquired:
+            return "busy"
+
+    async def main() -> list[str]:
+        waiting = [asyncio.create_task(section()) for _ in range(20)]
+        await asyncio.sleep(0.5)
+        default_threads.append(_threads("asyncio_"))
+        await asyncio.to_thread(lease.release)
+        return await asyncio.gather(*waiting)
+
+    try:
+        outcomes = asyncio.run(main())
+    finally:
+        holder.close()
+    assert default_threads == [0], "waiters for several keys held threads of the loop's default executor"
+    assert outcomes.count("ok") >= 1, outcomes
+    sections.sort()
+    for (_, end), (start, _) in zip(sections, sections[1:]):
+        assert start >= end, f"two groups held at once: {sections}"
+
+
+def test_a_cancelled_async_group_waiter_leaves_nothing_behind(dynlock):
+    holder = other_client(dynlock)
+    lease = holder.acquire("grp:2", wait=0)
+
+    async def main() -> None:
+        waiting = asyncio.create_task(dynlock.acquire_many_async(["grp:1", "grp:2"], wait=10))
+        await asyncio.sleep(0.3)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    try:
+        asyncio.run(main())
+        assert dynlock.get("grp:1") is None  # given back (dynalite), or never written (a transaction)
+        lease.release()
+        # Neither our in-process gates nor a reservation keeps the keys from the next caller.
+        dynlock.acquire_many(["grp:1", "grp:2"], wait=1).release()
+    finally:
+        holder.close()

@@ -28,7 +28,7 @@ from .failures import is_throttling
 from .holding import Holding
 from .lease import Lease
 from .steps import Send, Sleep, Steps
-from .waiting import Attempt
+from .waiting import Attempt, Watch
 
 logger = logging.getLogger("django_dynlock")
 
@@ -202,7 +202,12 @@ class Acquiring(Holding):
         watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
         tries = 0
-        write = True
+        # Looks in a row that DynamoDB throttled, earlier calls' on this key included:
+        # a waiter called again and again (a view, a task retried) backs off all the same.
+        throttled = watch.throttled if watch is not None else 0
+        # A throttled key is first looked at by reading: waiters' writes take the write
+        # units the holder's renewals need. try_acquire's one look stays a write.
+        write = single or not throttled
         rechecked = False
         stale = False
         holders_seen: set[str] = set()
@@ -210,7 +215,6 @@ class Acquiring(Holding):
         seen_busy = False  # a look of this call showed the key held by someone else
         last_holder: str | None = None
         handoffs = 0  # holders that followed one another while we waited: Retry-After's estimate
-        throttled = 0  # looks in a row that DynamoDB throttled
         while True:
             due = self._waiting.takeover_in(last_item, watch, time.monotonic())
             if due is not None and due <= 0:
@@ -322,18 +326,7 @@ class Acquiring(Holding):
                 rechecked = True
                 continue
             if single or now >= terms.give_up_at:
-                # A failed read only hid who holds the key: it is busy, not DynamoDB.
-                if error is not None and not seen_busy:
-                    raise error
-                info = self._info(last_item)
-                raise LockNotAcquired(
-                    key,
-                    holder=info,
-                    retry_after=self._waiting.retry_after(
-                        info, last_item, watch, handoffs=handoffs, waited=now - began
-                    ),
-                    waited=now - began,
-                )
+                raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, now - began)
             free = watch is None and error is None
             # An earlier attempt of ours, delayed in the network, may have landed after
             # we gave up waiting for its reply: the key is ours, but only a write tells
@@ -345,10 +338,15 @@ class Acquiring(Holding):
                 continue
             # A failed write is tried again (it recognises itself if it was applied), and
             # so is one that failed on a key that looked free (or ours) a moment later.
-            write = write and (error is not None or free or ours)
+            # A throttled one was not applied: the next look reads (see ``write`` above).
+            write = write and ((error is not None and not is_throttling(error)) or free or ours)
             reserved_looks = reserved_looks + 1 if attempt.reserved else 0
-            throttled = throttled + 1 if is_throttling(error) else 0
-            if self._waiting.looks_by_writing(reserved_looks, self._store.returns_item_on_failure):
+            # A look let through halves the backoff rather than ending it (as TCP's
+            # congestion window grows back): one token got through, not the partition's rate.
+            throttled = throttled + 1 if is_throttling(error) else throttled // 2
+            if watch is not None:
+                watch.throttled = throttled
+            if not throttled and self._waiting.looks_by_writing(reserved_looks, self._store.returns_item_on_failure):
                 write = True
             delay = self._waiting.poll_delay(
                 tries=tries,
@@ -363,6 +361,31 @@ class Acquiring(Holding):
             )
             tries += 1
             yield Sleep(delay)
+            if throttled and time.monotonic() >= terms.give_up_at:
+                # DynamoDB asked us to back off until past the wait: no look at its end.
+                raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, time.monotonic() - began)
+
+    def _gave_up(
+        self,
+        key: str,
+        error: DynLockError | None,
+        seen_busy: bool,
+        item: dict[str, Any] | None,
+        watch: Watch | None,
+        handoffs: int,
+        waited: float,
+    ) -> DynLockError:
+        """What an acquire that waited long enough raises: busy, or the failure that hid the key."""
+        # A failed read only hid who holds the key: it is busy, not DynamoDB.
+        if error is not None and not seen_busy:
+            return error
+        info = self._info(item)
+        return LockNotAcquired(
+            key,
+            holder=info,
+            retry_after=self._waiting.retry_after(info, item, watch, handoffs=handoffs, waited=waited),
+            waited=waited,
+        )
 
     def _acquire_request(
         self,

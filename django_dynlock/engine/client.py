@@ -149,16 +149,34 @@ class LockClient(MultiKey, Breaking, HandingOver):
         holder: Mapping[str, Any] | None = None,
     ) -> LeaseGroup:
         """Acquire all ``keys`` or none: one TransactWriteItems (ordered fallback without transactions)."""
+        by_stored = self._many_keys("acquire_many", keys, holder)
+        return self._acquire_all(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+
+    async def acquire_many_async(
+        self,
+        keys: Iterable[str],
+        *,
+        wait: float | None = None,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+    ) -> LeaseGroup:
+        """``acquire_many()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no
+        thread while it does; each request runs on this client's own bounded thread pool."""
+        by_stored = self._many_keys("acquire_many_async", keys, holder)
+        return await self._acquire_all_async(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+
+    def _many_keys(self, method: str, keys: Iterable[str], holder: Mapping[str, Any] | None) -> dict[str, str]:
+        """The checked keys of an acquire_many call, by their stored keys."""
         self._check_open()
         if isinstance(keys, str):
-            raise InvalidArgument("acquire_many() takes a list of keys, not one string; use acquire(key)")
+            raise InvalidArgument(f"{method}() takes a list of keys, not one string; use acquire(key)")
         by_stored = {self.options.prefixed(key): key for key in keys}
         it.holder_map(holder)  # refused before any request if too large
         if not by_stored:
-            raise InvalidArgument("acquire_many() needs at least one key")
+            raise InvalidArgument(f"{method}() needs at least one key")
         if len(by_stored) > MAX_KEYS_PER_TRANSACTION:
-            raise InvalidArgument(f"acquire_many() takes at most {MAX_KEYS_PER_TRANSACTION} keys, got {len(by_stored)}")
-        return self._acquire_all(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+            raise InvalidArgument(f"{method}() takes at most {MAX_KEYS_PER_TRANSACTION} keys, got {len(by_stored)}")
+        return by_stored
 
     def adopt(self, handover: Handover, *, lease: float | None = None) -> Lease:
         """Continue a lease another process handed over (``Lease.hand_over``): one write.

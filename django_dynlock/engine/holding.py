@@ -27,6 +27,11 @@ RELEASE_RETRY_FOR = 600.0
 
 EXPIRED = "no successful renewal within the lease (DynamoDB unreachable?)"
 
+# Seconds a throttled renewal is tried again (MAX_RETRY_DELAY apart) before its lease is
+# at risk, within a third of its validity (Holding._renewal_patience). Waiters throttled
+# on the same key back off (waiting.py): the holder's renewals keep priority.
+RENEWAL_PATIENCE = 1.0
+
 
 class Holding(ClientBase):
     """Renew, extend and release held leases; notice and report their loss."""
@@ -51,7 +56,7 @@ class Holding(ClientBase):
                 lease_seconds=lease_seconds,
                 stamp=stamp,
             )
-            self._store.call("update_item", "renew a lease", **request)
+            self._store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
         except ClientError as exc:
             item = self._store.old_item(exc, lease.stored_key)
             # Still ours with this write's number (or a later one): an earlier try of this
@@ -61,6 +66,12 @@ class Holding(ClientBase):
         if lease.upkeep.renewed(sent, lease_seconds, self._holder_end(sent, lease_seconds, expires)):
             self._emit("recovered", lease)
         return True, None
+
+    def _renewal_patience(self, lease: Lease) -> float:
+        """How long a throttled renewal keeps asking before the lease is at risk: a third
+        of what is left of its validity, at most RENEWAL_PATIENCE (the heartbeat thread
+        renews the client's other leases too)."""
+        return max(0.0, min(RENEWAL_PATIENCE, (lease.valid_until - time.monotonic()) / 3))
 
     def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
         """One renewal; raises LockLost if the lease is gone, DynLockError on failure."""
@@ -147,12 +158,14 @@ class Holding(ClientBase):
         that much late, after a taker could already hold the key. The holder's own checks
         (``is_held``, ``raise_if_lost``) read the clock and were never late; listeners
         (the ``lock_lost`` signal) were. Armed only when this renewal could outlast the
-        validity: with settings that pass dynlock.W001 (a call takes at most half the
-        lease), only the retries of a lease at risk.
+        validity, its throttled retries (``_renewal_patience``) included: with settings
+        that pass dynlock.W001 (a call takes at most half the lease), the retries of a
+        lease at risk, and the renewals of a short lease.
         """
         end = lease.valid_until
         left = end - time.monotonic()
-        if left > call_budget(self.options.client_config) or lease.upkeep.watched_end == end:
+        longest = call_budget(self.options.client_config) + self._renewal_patience(lease)
+        if left > longest or lease.upkeep.watched_end == end:
             return
         lease.upkeep.watched_end = end
         self._heartbeater.alarm(end, lambda: self._lose_if_ended(lease, end))

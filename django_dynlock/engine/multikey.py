@@ -1,10 +1,18 @@
-"""Acquiring several keys, all or none: one TransactWriteItems, or one key at a time in
-sorted order with rollback where the server has no transactions (dynalite)."""
+"""acquire_many(): all keys, all or none: one TransactWriteItems, or one key at a time in
+sorted order with rollback where the server has no transactions (dynalite).
+
+As for one key (acquiring.py), the loops are steps (steps.py) that send nothing and never
+sleep themselves: ``acquire_many`` drives them on its thread, ``acquire_many_async`` from
+a coroutine.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError
@@ -12,14 +20,31 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
+from . import steps
 from .acquiring import Acquiring, Terms
 from .failures import error_code, is_throttling, safe_endpoint
 from .lease import Lease, LeaseGroup
+from .steps import Send, Sleep, Steps
 from .store import backoff
 from .waiting import Attempt, Watch
 
 # DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
 MAX_KEYS_PER_TRANSACTION = 100
+
+
+@dataclass
+class Progress:
+    """What a multi-key acquire has so far, which its driver undoes if it ends early (an
+    error, busy, a cancelled coroutine): writes that may have landed unseen, and the keys
+    already ours (one at a time, without transactions)."""
+
+    attempts: list[tuple[str, Attempt]] = field(default_factory=list)
+    leases: list[Lease] = field(default_factory=list)
+
+    def interrupted(self) -> None:
+        """A request was in flight when the caller left: its write may land."""
+        for _, attempt in self.attempts:
+            attempt.ambiguous = True
 
 
 class MultiKey(Acquiring):
@@ -43,54 +68,130 @@ class MultiKey(Acquiring):
                         keys=tuple(by_stored.values()),
                     )
                 entered.append(stored)
-            if self._store.has_transactions is not False and len(ordered) > 1:
-                leases = self._acquire_transaction(by_stored, ordered, terms)
-            else:
-                leases = None
-            if leases is None:
-                leases = self._acquire_in_order(by_stored, ordered, terms)
+            progress = Progress()
+            try:
+                leases = steps.run(self._acquire_all_steps(by_stored, ordered, terms, progress))
+            except BaseException:
+                self._undo_all(progress)
+                raise
         except BaseException as error:
-            for stored in entered:
-                self._keylocks.leave(stored)
-            if isinstance(error, LockNotAcquired):
-                self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+            self._leave_all(entered, error)
             raise
         for one in leases:
             self._start_holding(one, waited=time.monotonic() - started)
         return LeaseGroup(self._as_client, leases)
 
-    def _acquire_in_order(
+    async def _acquire_all_async(
+        self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
+    ) -> LeaseGroup:
+        """``_acquire_all`` for asyncio: the same steps, driven by ``steps.run_async``; the
+        in-process gates are waited on without a thread (``_enter_gate_async``)."""
+        started = time.monotonic()
+        terms = Terms(started + wait_s, lease_s, holder)
+        ordered = sorted(by_stored)
+        loop = asyncio.get_running_loop()
+        entered: list[str] = []
+        try:
+            for stored in ordered:
+                try:
+                    await self._enter_gate_async(by_stored[stored], stored, started, terms.give_up_at)
+                except LockNotAcquired as busy:
+                    raise LockNotAcquired(
+                        busy.key,
+                        holder=busy.holder,
+                        retry_after=busy.retry_after,
+                        waited=busy.waited,
+                        keys=tuple(by_stored.values()),
+                    ) from None
+                entered.append(stored)
+            if not self._store.built:  # built on a pool thread: it reads files, resolves credentials
+                await loop.run_in_executor(self._executors.waiting, lambda: self._store.boto)
+            progress = Progress()
+            try:
+                leases = await steps.run_async(
+                    self._acquire_all_steps(by_stored, ordered, terms, progress),
+                    self._executors.waiting,
+                    interrupted=progress.interrupted,
+                )
+            except BaseException:
+                await asyncio.shield(loop.run_in_executor(self._executors.holding, self._undo_all, progress))
+                raise
+        except BaseException as error:
+            self._leave_all(entered, error)
+            raise
+        for one in leases:
+            self._start_holding(one, waited=time.monotonic() - started)
+        return LeaseGroup(self._as_client, leases)
+
+    def _leave_all(self, entered: list[str], error: BaseException) -> None:
+        for stored in entered:
+            self._keylocks.leave(stored)
+        if isinstance(error, LockNotAcquired):
+            self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+
+    def _undo_all(self, progress: Progress) -> None:
+        """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then the keys it got."""
+        for stored, attempt in progress.attempts:
+            self._abandon(stored, attempt)
+        self._give_back(progress.leases)
+
+    def _acquire_all_steps(
+        self, by_stored: dict[str, str], ordered: list[str], terms: Terms, progress: Progress
+    ) -> Steps[list[Lease]]:
+        if self._store.has_transactions is not False and len(ordered) > 1:
+            attempt = Attempt(owner=self._new_owner())
+            progress.attempts = [(stored, attempt) for stored in ordered]
+            leases = yield from self._transaction_steps(by_stored, ordered, terms, attempt)
+            progress.attempts = []  # ours now; or None: the server has no transactions, nothing was written
+            if leases is not None:
+                return leases
+        return (yield from self._in_order_steps(by_stored, ordered, terms, progress))
+
+    def _in_order_steps(
         self,
         by_stored: dict[str, str],
         ordered: list[str],
         terms: Terms,
-    ) -> list[Lease]:
+        progress: Progress,
+    ) -> Steps[list[Lease]]:
         """Without transactions: one key at a time, in sorted order; all or none.
 
         Each key is renewed by the heartbeat as soon as it is ours, so that a long wait
         for a later key cannot let an earlier one run out. If one was broken or taken
         meanwhile all are given back, and the whole group is tried again while ``wait``
-        lasts: a group is only handed out while every lease in it holds.
+        lasts: a group is only handed out while every lease in it holds. The driver
+        gives back ``progress.leases`` if this ends early.
         """
         started = time.monotonic()
         while True:
-            leases: list[Lease] = []
-            try:
-                for stored in ordered:
-                    lease = self._acquire_remote(by_stored[stored], stored, terms, single=False)
-                    leases.append(lease)
-                    # Renewed, but not yet among held(): acquire_many() holds their in-process locks until all are ours.
-                    self._heartbeater.add(lease, self._first_heartbeat(lease))
-            except BaseException:
-                self._give_back(leases)
-                raise
-            lost = [lease for lease in leases if not lease.is_held]
+            progress.leases = []
+            for stored in ordered:
+                attempt = Attempt(owner=self._new_owner())
+                progress.attempts = [(stored, attempt)]
+                try:
+                    lease = yield from self._acquire_steps(by_stored[stored], stored, terms, attempt, single=False)
+                except LockNotAcquired as busy:  # says which keys were asked for, as a transaction's does
+                    raise LockNotAcquired(
+                        busy.key,
+                        holder=busy.holder,
+                        retry_after=busy.retry_after,
+                        waited=time.monotonic() - started,
+                        keys=tuple(by_stored.values()),
+                    ) from None
+                progress.attempts = []
+                self._waiting.remember(stored, None)
+                progress.leases.append(lease)
+                # Renewed, but not yet among held(): acquire_many() holds their in-process locks until all are ours.
+                self._heartbeater.add(lease, self._first_heartbeat(lease))
+            lost = [lease for lease in progress.leases if not lease.is_held]
             if not lost:
-                return leases
-            self._give_back(leases)
+                return progress.leases
+            leases, progress.leases = progress.leases, []
+            yield Send(functools.partial(self._give_back, leases))
             now = time.monotonic()
             if now >= terms.give_up_at:
-                info = self._info(self._store.get_item(lost[0].stored_key))
+                item = yield Send(functools.partial(self._store.get_item, lost[0].stored_key))
+                info = self._info(item)
                 info = info if info is not None and info.is_held else None
                 raise LockNotAcquired(
                     lost[0].key,
@@ -106,28 +207,15 @@ class MultiKey(Acquiring):
             lease.upkeep.mark_released()  # no more renewals
             self._release_remote(lease, quiet=True)
 
-    def _acquire_transaction(
-        self,
-        by_stored: dict[str, str],
-        ordered: list[str],
-        terms: Terms,
-    ) -> list[Lease] | None:
-        """All keys in one TransactWriteItems; None when the server has no transactions."""
-        attempt = Attempt(owner=self._new_owner())
-        try:
-            return self._transaction_loop(by_stored, ordered, terms, attempt)
-        except BaseException:
-            for stored in ordered:
-                self._abandon(stored, attempt)
-            raise
-
-    def _transaction_loop(
+    def _transaction_steps(
         self,
         by_stored: dict[str, str],
         ordered: list[str],
         terms: Terms,
         attempt: Attempt,
-    ) -> list[Lease] | None:
+    ) -> Steps[list[Lease] | None]:
+        """All keys in one TransactWriteItems, tried again while ``wait`` lasts; None when
+        the server has no transactions."""
         watches: dict[str, Watch | None] = {stored: self._waiting.remembered(stored) for stored in ordered}
         items: dict[str, dict[str, Any] | None] = {}
         tries = 0
@@ -150,7 +238,7 @@ class MultiKey(Acquiring):
             error: DynLockError | None = None
             busy: str | None = None
             try:
-                self._store.send("transact_write_items", {"TransactItems": updates})
+                yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
             except ClientError as exc:
                 code = error_code(exc)
                 if code == "UnknownOperationException":
@@ -175,7 +263,8 @@ class MultiKey(Acquiring):
                             item = reason.get("Item")
                             if item is None:
                                 try:
-                                    item = self._store.get_item(stored, attempts=1)  # the loop is the retry
+                                    # The loop is the retry.
+                                    item = yield Send(functools.partial(self._store.get_item, stored, attempts=1))
                                 except DynLockError as read_error:
                                     if not getattr(read_error, "retryable", False):
                                         raise
@@ -191,7 +280,11 @@ class MultiKey(Acquiring):
                 attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
             else:
                 self._store.has_transactions = True
-                leases = self._leases_after_transaction(by_stored, ordered, attempt, terms, sent, min(expiries))
+                leases: list[Lease] = yield Send(
+                    functools.partial(
+                        self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries)
+                    )
+                )
                 held = all(lease.is_held for lease in leases)
                 wall_stamped = not clock_was_known and self.clock.known
                 if held and not (wall_stamped and not rechecked):
@@ -200,7 +293,7 @@ class MultiKey(Acquiring):
                     return leases
                 # Ours, but stamped by this host's wall clock (a client's first write; the
                 # reply told us DynamoDB's), or the replies came too late to use (see
-                # _acquire_loop): write again, once at once. It recognises itself.
+                # _acquire_steps): write again, once at once. It recognises itself.
                 attempt.ambiguous = True
                 if not rechecked:
                     rechecked = True
@@ -230,7 +323,7 @@ class MultiKey(Acquiring):
                 throttled=throttled,
             )
             tries += 1
-            time.sleep(delay)
+            yield Sleep(delay)
 
     def _leases_after_transaction(
         self,

@@ -22,7 +22,7 @@ from ..exceptions import DynLockError
 from . import requests as rq
 from .clock import ServerClock, reply_date
 from .connection import build_boto_client
-from .failures import error_code, may_have_applied, safe_endpoint, translate
+from .failures import error_code, is_throttling, may_have_applied, safe_endpoint, translate
 from .options import ClientOptions
 
 logger = logging.getLogger("django_dynlock")
@@ -108,7 +108,14 @@ class Store:
             logger.warning(message, *args)
 
     def call(
-        self, operation: str, action: str, *, attempts: int | None = None, table: bool = True, **params: Any
+        self,
+        operation: str,
+        action: str,
+        *,
+        attempts: int | None = None,
+        table: bool = True,
+        throttled_for: float = 0.0,
+        **params: Any,
     ) -> dict[str, Any]:
         """One API request, retried quickly on transient failures.
 
@@ -117,12 +124,19 @@ class Store:
         may have been applied. We retry here rather than in botocore, whose backoff
         sleeps up to a second: every write of ours is safe to repeat, because its
         condition recognises our own earlier success.
+
+        ``throttled_for``: for this many seconds a throttled request is tried again
+        (MAX_RETRY_DELAY apart at most) without using up ``attempts``. A renewal's: a
+        throttled partition serves whoever asks when its units come back, and waiters
+        that back off leave them to a holder that keeps asking.
         """
         if table:
             params["TableName"] = self.options.table_name
         attempts = attempts or self.options.call_attempts
+        patient_until = time.monotonic() + throttled_for
         ambiguous = False  # any attempt may have been applied, not only the last one
-        for attempt in range(attempts):
+        failures = throttles = 0
+        while True:
             try:
                 return self.send(operation, params)
             except ClientError as exc:
@@ -132,11 +146,17 @@ class Store:
             except BotoCoreError as exc:
                 error = self.translate(exc, action)
             ambiguous = ambiguous or error.ambiguous  # type: ignore[attr-defined]
-            if not getattr(error, "retryable", False) or attempt == attempts - 1:
+            if getattr(error, "retryable", False) and is_throttling(error):
+                delay = backoff(self.options, throttles)
+                throttles += 1
+                if time.monotonic() + delay < patient_until:
+                    time.sleep(delay)
+                    continue
+            failures += 1
+            if not getattr(error, "retryable", False) or failures >= attempts:
                 error.ambiguous = ambiguous  # type: ignore[attr-defined]
                 raise error
-            time.sleep(backoff(self.options, attempt))
-        raise AssertionError("unreachable")
+            time.sleep(backoff(self.options, failures - 1))
 
     def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         """One botocore call; its reply's Date header narrows our view of DynamoDB's clock."""

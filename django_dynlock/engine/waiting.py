@@ -79,6 +79,8 @@ class Watch:
     lease_seconds: float
     holder: str | None = None
     held_since: float = 0.0
+    # Looks in a row that DynamoDB throttled: the next call on the key goes on backing off.
+    throttled: int = 0
 
     def held_for(self, now: float) -> float:
         """How long the current holder has held the key, as far as this waiter has seen."""
@@ -164,7 +166,8 @@ class WaitPolicy:
         holder = item.get(it.OWNER, {}).get("S")
         held_since = watch.held_since if watch is not None and watch.holder == holder else received
         lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
-        return Watch(rvn=rvn, since=received, lease_seconds=lease_ms / 1000.0, holder=holder, held_since=held_since)
+        throttled = watch.throttled if watch is not None else 0
+        return Watch(rvn, received, lease_ms / 1000.0, holder=holder, held_since=held_since, throttled=throttled)
 
     def retry_after(
         self,
