@@ -450,7 +450,9 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
+def plot(results: dict[str, Any], path: Path, before: dict[str, Any] | None = None) -> None:
+    """The section's four panels; ``before``: a baseline drawn beside it in grey (see
+    bench/baselines/: rates, hot and the throttled requests/s per waiter by phase)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -467,11 +469,24 @@ def plot(results: dict[str, Any], path: Path) -> None:
             "o-",
             label=f"django-dynlock ({results.get('machine', {}).get('commit') or 'this run'})",
         )
-        for x, r in zip(xs, rates):
-            if r["outcome"] != "acquired":
+        for row in rates + (before or {}).get("rates", []):
+            if row["outcome"] != "acquired":
                 ax.annotate(
-                    r["outcome"], (x, r["requests_per_s"]), textcoords="offset points", xytext=(4, 6), fontsize=8
+                    row["outcome"],
+                    (row["hold_s"], row["requests_per_s"]),
+                    textcoords="offset points",
+                    xytext=(4, 6),
+                    fontsize=8,
                 )
+        if before and before.get("rates"):
+            old = before["rates"]
+            ax.plot(
+                [r["hold_s"] for r in old],
+                [r["requests_per_s"] for r in old],
+                "o:",
+                color="grey",
+                label=f"before ({before['machine']['commit']})",
+            )
         ax.axhline(1.0, color="grey", ls="--", lw=1, label="AWS Java lock client (1/s)")
         ax.axhline(0.2, color="grey", ls=":", lw=1, label="python-dynamodb-lock (1 per 5 s)")
         ax.set_xscale("log")
@@ -486,6 +501,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax = axes[1]
         ax.plot([r["pollers"] for r in hot], [r["reads_per_section"] or 0 for r in hot], "o-", label="reads")
         ax.plot([r["pollers"] for r in hot], [r["requests_per_section"] or 0 for r in hot], "s--", label="all requests")
+        old_hot = (before or {}).get("hot") or []
+        if old_hot:
+            commit = before["machine"]["commit"] if before else ""
+            xs_old = [r["pollers"] for r in old_hot]
+            ax.plot(xs_old, [r["reads_per_section"] for r in old_hot], "o:", color="grey", label=f"reads, {commit}")
+            ax.plot(xs_old, [r["requests_per_section"] for r in old_hot], "s:", color="silver", label=f"all, {commit}")
         ax.set_xlabel("pollers (processes) on one key")
         ax.set_ylabel("per completed 5 ms section")
         ax.set_title("hot key: requests per section")
@@ -495,6 +516,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax2.plot(
             [r["pollers"] for r in hot], [100 * (r["jain"] or 0) for r in hot], "s--", label="Jain's fairness x100"
         )
+        if old_hot:
+            ax2.plot(xs_old, [r["sections_per_s"] for r in old_hot], "o:", color="grey", label=f"sections/s, {commit}")
+            ax2.plot(xs_old, [100 * r["jain"] for r in old_hot], "s:", color="silver", label=f"Jain x100, {commit}")
         ax2.set_xlabel("pollers (processes) on one key")
         ax2.set_title("hot key: throughput and fairness")
         ax2.legend(fontsize=8)
@@ -504,6 +528,16 @@ def plot(results: dict[str, Any], path: Path) -> None:
         bars = [throttled[p]["requests_per_s_per_waiter"] for p in THROTTLED_PHASES]
         labels = [f"{p}\n({throttled[p]['throttled_share']:.0%} throttled)" for p in THROTTLED_PHASES]
         ax.bar(labels, bars, color=["C0", "C3", "C1"])
+        old_throttled = (before or {}).get("throttled")
+        if old_throttled and before:
+            ax.plot(
+                labels,
+                [old_throttled[p] for p in THROTTLED_PHASES],
+                "D",
+                color="grey",
+                label=f"{before['machine']['commit']} (another run)",
+            )
+            ax.legend(fontsize=8)
         ax.set_ylabel("requests/s per waiter (at the proxy)")
         ax.set_title(f"{throttled['waiters']} waiters, throttled or not")
     fig.suptitle("django-dynlock waiting on DynamoDB Local (bench/waiting.py)")
@@ -599,6 +633,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=float, help="seconds per hot and throttled run (default 8; quick 4)")
     parser.add_argument("--plot", type=Path, default=IMG_DIR / "bench-waiting.png")
     parser.add_argument(
+        "--before", type=Path, metavar="JSON", help="a baseline the plot draws in grey (bench/baselines/)"
+    )
+    parser.add_argument(
         "--replot",
         type=Path,
         nargs="+",
@@ -611,7 +648,7 @@ def main(argv: list[str] | None = None) -> int:
         if results.get("cost"):  # the table from the saved counts, as this version writes it
             results["cost"]["table"] = cost_table(results["cost"], results.get("rates", []), results.get("hot", []))
         print(markdown(results))
-        plot(results, args.plot)
+        plot(results, args.plot, json.loads(args.before.read_text()) if args.before else None)
         return 0
     phases = set(args.only.split(","))
     if phases - set(PHASES):
@@ -632,7 +669,7 @@ def main(argv: list[str] | None = None) -> int:
         say(f"failed: {error}")
         return 1
     print(markdown(results))
-    plot(results, args.plot)
+    plot(results, args.plot, json.loads(args.before.read_text()) if args.before else None)
     out = write_results(results, None, "waiting")
     say(f"results: {out.relative_to(REPO_ROOT)}; plot: {args.plot}; {results['seconds']:.0f} s")
     return 0
