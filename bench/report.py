@@ -8,6 +8,7 @@ from typing import Any
 
 from bench import contenders as cs
 from bench import targets as T
+from bench import waiting
 from bench.stats import median, percentile
 
 ORDER = tuple(spec.name for spec in cs.ALL)
@@ -545,6 +546,8 @@ def markdown(results: dict[str, Any]) -> str:
                 for n, c in crash.items()
             )
         )
+    if not servers:  # --only waiting
+        return "\n".join(out + _waiting_section(results.get("waiting")))
     for server in servers:
         out += ["", f"### {server['server']}", "", _server_table(server, plan)]
     names = [s["server"] for s in servers]
@@ -560,7 +563,18 @@ def markdown(results: dict[str, Any]) -> str:
                 f"WARNING ({s['server']}): the floor's requests differ from the engine's: "
                 + "; ".join(s["floor_check"]),
             ]
+    out += _waiting_section(results.get("waiting"))
     return "\n".join(out)
+
+
+def _waiting_section(section: dict[str, Any] | None) -> list[str]:
+    """Issue 28's section (bench/waiting.py), as ``python -m bench.waiting`` prints it."""
+    if section is None:
+        return []
+    out = ["", "## Waiting (django-dynlock alone, DynamoDB Local, default settings)"]
+    if "skipped" in section or "error" in section:
+        return out + ["", f"not measured: {section.get('skipped') or section.get('error')}"]
+    return out + [waiting.markdown(section)]
 
 
 # -- plots ------------------------------------------------------------------------------------
@@ -885,7 +899,15 @@ def plot_vs_floor(results: dict[str, Any], path: Path) -> Path:
 
 
 def plot_all(results: dict[str, Any], img_dir: Path) -> list[Path]:
-    paths = [
+    paths = []
+    section = results.get("waiting") or {}
+    if any(section.get(phase) for phase in waiting.PHASES):
+        path = img_dir / "bench-waiting.png"
+        waiting.plot(section, path)
+        paths.append(path)
+    if not results["servers"]:  # --only waiting
+        return paths
+    paths += [
         plot_handoff(results, img_dir / "bench-handoff.png"),
         plot_throughput(results, img_dir / "bench-throughput.png"),
         plot_crash(results, img_dir / "bench-crash.png"),

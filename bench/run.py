@@ -5,6 +5,7 @@ Run from the repository root (``pip install -e '.[bench]'`` and ``make node`` fi
     python -m bench                  # full run, about 14 minutes
     python -m bench --quick          # smaller samples (smoke test)
     python -m bench --servers dynalite
+    python -m bench --only waiting   # issue 28's section alone
     python -m bench --replot bench/results/bench-<timestamp>.json
 
 Against AWS's DynamoDB Local, a local moto server and a local dynalite (loopback only;
@@ -20,11 +21,14 @@ and dyndbmutex (see ``bench/contenders.py`` for exactly how each is driven):
 4. Contended throughput, 6 processes on one key, vs 1 / (hold + 2 x round trip).
 5. Crash takeover: the holder is SIGKILLed, a waiting process takes over.
 6. Listing 10 000 live leases: ``LockClient.leases()`` vs raw Scans; the admin page.
+7. Waiting (``bench/waiting.py``, issue 28), django-dynlock alone on a DynamoDB Local of
+   its own: requests/s of a waiter against hold time, a hot key's reads per section and
+   fairness, throttled waiters, request units and dollars (``--only waiting`` alone).
 
 It prints markdown tables (with the issue's targets of ``bench/targets.py``, met or
 missed), writes the raw results to ``bench/results/bench-<timestamp>.json`` and the plots
 to ``docs/img/bench-*.png`` (``bench-vs-floor.png``: django-dynlock against the floor and
-the physical limit). Every loop is bounded in count and time;
+the physical limit; ``bench-waiting.png``: the waiting section). Every loop is bounded in count and time;
 a phase that would start after the time budget is skipped and reported as such.
 """
 
@@ -46,7 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from bench import contenders as cs
-from bench import listing, report, suite
+from bench import listing, report, suite, waiting
+from bench.children import BenchError
 from bench.clients import start_local_server
 from bench.floor import floor_differences
 from bench.output import IMG_DIR, REPO_ROOT, write_results
@@ -228,6 +233,23 @@ def bench_server(
         server.stop()
     result["seconds"] = time.monotonic() - began
     return result
+
+
+def bench_waiting(
+    plan: Plan, deadline: float, ctx: Any, say: Callable[[str], None], kinds: list[str]
+) -> dict[str, Any]:
+    """Issue 28's section (bench/waiting.py): what waiting costs, on a DynamoDB Local of its own."""
+    if "dynamodb-local" not in kinds:
+        return {"skipped": "measured on DynamoDB Local only, which --servers leaves out"}
+    if time.monotonic() >= deadline:
+        return {"skipped": "the time budget ran out"}
+    holds, pollers, window = waiting.defaults(plan.mode == "quick")
+    say("waiting: starting")
+    try:
+        return waiting.measure(ctx, set(waiting.PHASES), holds, pollers, window, say)
+    except BenchError as error:
+        say(f"waiting: failed: {error}")
+        return {"error": str(error)}
 
 
 def phase_wanted(name: str, only: set[str] | None) -> bool:
@@ -435,7 +457,8 @@ def main(argv: list[str] | None = None) -> int:
         "--only",
         default=None,
         help="comma-separated phases: calls, heartbeats, uncontended, rtt, "
-        "requests, handoff, contended, crash, listing",
+        "requests, handoff, contended, crash, listing, waiting (issue 28's section, on DynamoDB Local; "
+        "its own knobs in python -m bench.waiting)",
     )
     parser.add_argument(
         "--libs",
@@ -507,7 +530,18 @@ def main(argv: list[str] | None = None) -> int:
     only = None
     if args.only:
         only = {p.strip() for p in args.only.split(",") if p.strip()}
-        known = {"calls", "heartbeats", "uncontended", "rtt", "requests", "handoff", "contended", "crash", "listing"}
+        known = {
+            "calls",
+            "heartbeats",
+            "uncontended",
+            "rtt",
+            "requests",
+            "handoff",
+            "contended",
+            "crash",
+            "listing",
+            "waiting",
+        }
         if not only <= known:
             parser.error(f"--only takes a comma-separated list of {', '.join(sorted(known))}")
         if "contended" in only:
@@ -560,9 +594,12 @@ def main(argv: list[str] | None = None) -> int:
         "servers": [],
     }
     say(f"bench: {plan.mode} mode, servers {', '.join(kinds)}, budget {plan.budget:.0f}s")
-    for kind in kinds:
-        say(f"{kind}: starting")
-        results["servers"].append(bench_server(kind, plan, deadline, ctx, say, only, libs))
+    if only is None or only - {"waiting"}:
+        for kind in kinds:
+            say(f"{kind}: starting")
+            results["servers"].append(bench_server(kind, plan, deadline, ctx, say, only, libs))
+    if phase_wanted("waiting", only):
+        results["waiting"] = bench_waiting(plan, deadline, ctx, say, kinds)
     results["meta"]["seconds"] = time.monotonic() - started
     results["meta"]["loadavg_end"] = os.getloadavg() if hasattr(os, "getloadavg") else None
     results["engine_log"] = collector.messages

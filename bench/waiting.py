@@ -22,12 +22,16 @@ waiter and poller is a process of its own (threads sharing a client count as one
    item up to 4 KB is one read unit; a write of an item up to 1 KB one write unit, also
    when its condition fails).
 
-It prints markdown tables, writes bench/results/waiting-<timestamp>.json and the plot
-docs/img/bench-waiting.png. Every loop is bounded in count and time.
+It prints markdown tables and issue 28's targets (bench/targets.py) met or missed, writes
+bench/results/waiting-<timestamp>.json and the plot docs/img/bench-waiting.png. Every
+loop is bounded in count and time. The same section is the ``waiting`` phase of
+``python -m bench`` (``measure``, ``markdown`` and ``plot`` below); this command keeps
+its own knobs.
 
-    python -m bench.waiting                      # about 4 minutes
+    python -m bench.waiting                      # about 3 minutes
     python -m bench.waiting --quick              # shorter holds and windows
     python -m bench.waiting --only hot --pollers 24
+    python -m bench.waiting --replot rates.json hot.json   # runs of different phases, joined
 """
 
 from __future__ import annotations
@@ -48,6 +52,15 @@ from bench.clients import make_client, start_local_server
 from bench.contenders import EventCounter
 from bench.output import IMG_DIR, REPO_ROOT, write_results
 from bench.stats import jain
+from bench.targets import (
+    HOT_FAIRNESS,
+    HOT_READS_PER_SECTION,
+    HOT_SECTIONS_PER_S,
+    THROTTLED_VS_UNTHROTTLED,
+    WAIT_HANDOFF_BOUND,
+    WAIT_LONG_HOLD_REQUESTS,
+    Target,
+)
 from django_dynlock.engine import ClientOptions
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.partitions import Partitions
@@ -330,62 +343,116 @@ def cost_table(costs: dict[str, Any], rates: list[dict], hot: list[dict]) -> lis
 # -- report ---------------------------------------------------------------------------------
 
 
-def print_tables(results: dict[str, Any]) -> None:
+def target_figures(results: dict[str, Any]) -> list[tuple[Target, float | None, str]]:
+    """Issue 28's targets against this run: (target, figure, how the figure reads)."""
+    rows: list[tuple[Target, float | None, str]] = []
+    rates = results.get("rates") or []
+    long = [r for r in rates if r["hold_s"] >= 40]
+    if long:
+        r = long[0]
+        shown = f"{r['requests']} ({r['outcome']})"
+        rows.append((WAIT_LONG_HOLD_REQUESTS, r["requests"] if r["outcome"] == "acquired" else None, shown))
+    acquired = [r for r in rates if r["handoff_ms"] is not None]
+    if acquired:
+        ratios = [r["handoff_ms"] / 1000 / (0.1 + 0.05 * r["hold_s"]) for r in acquired]
+        shown = ", ".join(f"{r['hold_s']:g} s: {r['handoff_ms']:.0f} ms" for r in acquired)
+        rows.append((WAIT_HANDOFF_BOUND, max(ratios), f"{max(ratios):.2f} ({shown})"))
+    hot = [r for r in results.get("hot") or [] if r["pollers"] == 24]
+    if hot:
+        r = hot[0]
+        rps = r["reads_per_section"]
+        rows.append((HOT_READS_PER_SECTION, rps, "—" if rps is None else f"{rps:.1f}"))
+        rows.append((HOT_SECTIONS_PER_S, r["sections_per_s"], f"{r['sections_per_s']:.1f}"))
+        rows.append((HOT_FAIRNESS, r["jain"], "—" if r["jain"] is None else f"{r['jain']:.2f}"))
+    throttled = results.get("throttled") or {}
+    if "ratios" in throttled:
+        ratio = throttled["ratios"]["random 50 %"]
+        share = throttled["random 50 %"]["throttled_share"]
+        rows.append((THROTTLED_VS_UNTHROTTLED, ratio, f"{ratio:.2f} ({share:.0%} throttled)"))
+    return rows
+
+
+def targets_table(results: dict[str, Any]) -> str:
+    rows = target_figures(results)
+    if not rows:
+        return ""
+    machine = results.get("machine", {})
+    out = [
+        "",
+        f"### Issue 28's targets (load average {machine.get('load_at_start', 0):.1f} at the start, "
+        f"{machine.get('load_at_end', 0):.1f} at the end)",
+        "",
+        "| target | measured | met |",
+        "|---|---:|---|",
+    ]
+    for target, value, shown in rows:
+        met = target.met(value)
+        out.append(f"| {target.label()} | {shown} | {'—' if met is None else 'yes' if met else '**no**'} |")
+    return "\n".join(out)
+
+
+def markdown(results: dict[str, Any]) -> str:
+    """The section's tables, and issue 28's targets met or missed."""
+    out: list[str] = []
     if results.get("rates"):
-        print("\n### Requests per second of one waiting process, by hold time\n")
-        print(
+        out.append("\n### Requests per second of one waiting process, by hold time\n")
+        out.append(
             "| key held s | outcome | waited s | requests | GetItem | UpdateItem | requests/s | handoff ms | holder's renewals |"
         )
-        print("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
+        out.append("|---:|---|---:|---:|---:|---:|---:|---:|---:|")
         for row in results["rates"]:
             handoff = f"{row['handoff_ms']:.1f}" if row["handoff_ms"] is not None else "—"
-            print(
+            out.append(
                 f"| {row['hold_s']:g} | {row['outcome']} | {row['waited_s']:.2f} | {row['requests']} | "
                 f"{row['calls'].get('GetItem', 0)} | {row['calls'].get('UpdateItem', 0)} | "
                 f"{row['requests_per_s']:.1f} | {handoff} | {row['holder_renewals']} |"
             )
     if results.get("hot"):
-        print(f"\n### One hot key: pollers (processes) looping {SECTION * 1000:g} ms sections\n")
-        print("| pollers | sections/s | reads per section | requests per section | Jain's fairness |")
-        print("|---:|---:|---:|---:|---:|")
+        out.append(f"\n### One hot key: pollers (processes) looping {SECTION * 1000:g} ms sections\n")
+        out.append("| pollers | sections/s | reads per section | requests per section | Jain's fairness |")
+        out.append("|---:|---:|---:|---:|---:|")
         for row in results["hot"]:
             rps = row["reads_per_section"]
             qps = row["requests_per_section"]
             fair = row["jain"]
-            print(
+            out.append(
                 f"| {row['pollers']} | {row['sections_per_s']:.1f} | {rps:.1f} | {qps:.1f} | {fair:.2f} |"
                 if rps is not None and qps is not None and fair is not None
                 else f"| {row['pollers']} | {row['sections_per_s']:.1f} | — | — | — |"
             )
     if results.get("throttled") and "ratios" in results["throttled"]:  # runs before 3 phases: not shown
         t = results["throttled"]
-        print(f"\n### {t['waiters']} waiters on a held key for {t['window_s']:g} s, through the fault proxy\n")
-        print(
+        out.append(f"\n### {t['waiters']} waiters on a held key for {t['window_s']:g} s, through the fault proxy\n")
+        out.append(
             "| run | key's read units/s | requests/s per waiter | throttled share | GetItem | UpdateItem | vs unthrottled |"
         )
-        print("|---|---:|---:|---:|---:|---:|---:|")
+        out.append("|---|---:|---:|---:|---:|---:|---:|")
         for phase in THROTTLED_PHASES:
             p = t[phase]
             limit = "—" if p["read_units_per_s"] is None else f"{p['read_units_per_s']:.1f}"
             ratio = "1" if phase == THROTTLED_PHASES[0] else f"{t['ratios'][phase]:.2f}"
-            print(
+            out.append(
                 f"| {phase} | {limit} | {p['requests_per_s_per_waiter']:.1f} | {p['throttled_share']:.0%} | "
                 f"{p['operations'].get('GetItem', 0)} | {p['operations'].get('UpdateItem', 0)} | {ratio} |"
             )
-        print("\nissue 28's target: with half the requests throttled, ≤ 0.7 of the unthrottled rate")
+        out.append("\nissue 28's target: with half the requests throttled, ≤ 0.7 of the unthrottled rate")
     if results.get("cost"):
-        print(
+        out.append(
             f"\n### Request units and dollars (AWS on-demand, us-east-1, since {PRICE_DATE}: "
             f"${WRITE_PRICE * 1e6:.3f}/M write units, ${READ_PRICE * 1e6:.3f}/M read units)\n"
         )
-        print("| what | read units | write units | dollars |")
-        print("|---|---:|---:|---:|")
+        out.append("| what | read units | write units | dollars |")
+        out.append("|---|---:|---:|---:|")
         for row in results["cost"]["table"]:
-            print(f"| {row['what']} | {row['read_units']:.1f} | {row['write_units']:.1f} | {row['dollars']:.3g} |")
-        print(f"\n(the lock item, as JSON: {results['cost']['item_json_bytes']} bytes, under 1 KB)")
+            out.append(f"| {row['what']} | {row['read_units']:.1f} | {row['write_units']:.1f} | {row['dollars']:.3g} |")
+        out.append(f"\n(the lock item, as JSON: {results['cost']['item_json_bytes']} bytes, under 1 KB)")
+    out.append(targets_table(results))
+    return "\n".join(out)
 
 
-def plot(results: dict[str, Any], path: Path) -> None:
+def plot(results: dict[str, Any], path: Path, before: dict[str, Any] | None = None) -> None:
+    """The section's four panels; ``before``: a baseline drawn beside it in grey (see
+    bench/baselines/: rates, hot and the throttled requests/s per waiter by phase)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -396,12 +463,30 @@ def plot(results: dict[str, Any], path: Path) -> None:
     if rates:
         ax = axes[0]
         xs = [r["hold_s"] for r in rates]
-        ax.plot(xs, [r["requests_per_s"] for r in rates], "o-", label="django-dynlock (today)")
-        for x, r in zip(xs, rates):
-            if r["outcome"] != "acquired":
+        ax.plot(
+            xs,
+            [r["requests_per_s"] for r in rates],
+            "o-",
+            label=f"django-dynlock ({results.get('machine', {}).get('commit') or 'this run'})",
+        )
+        for row in rates + (before or {}).get("rates", []):
+            if row["outcome"] != "acquired":
                 ax.annotate(
-                    r["outcome"], (x, r["requests_per_s"]), textcoords="offset points", xytext=(4, 6), fontsize=8
+                    row["outcome"],
+                    (row["hold_s"], row["requests_per_s"]),
+                    textcoords="offset points",
+                    xytext=(4, 6),
+                    fontsize=8,
                 )
+        if before and before.get("rates"):
+            old = before["rates"]
+            ax.plot(
+                [r["hold_s"] for r in old],
+                [r["requests_per_s"] for r in old],
+                "o:",
+                color="grey",
+                label=f"before ({before['machine']['commit']})",
+            )
         ax.axhline(1.0, color="grey", ls="--", lw=1, label="AWS Java lock client (1/s)")
         ax.axhline(0.2, color="grey", ls=":", lw=1, label="python-dynamodb-lock (1 per 5 s)")
         ax.set_xscale("log")
@@ -416,6 +501,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax = axes[1]
         ax.plot([r["pollers"] for r in hot], [r["reads_per_section"] or 0 for r in hot], "o-", label="reads")
         ax.plot([r["pollers"] for r in hot], [r["requests_per_section"] or 0 for r in hot], "s--", label="all requests")
+        old_hot = (before or {}).get("hot") or []
+        if old_hot:
+            commit = before["machine"]["commit"] if before else ""
+            xs_old = [r["pollers"] for r in old_hot]
+            ax.plot(xs_old, [r["reads_per_section"] for r in old_hot], "o:", color="grey", label=f"reads, {commit}")
+            ax.plot(xs_old, [r["requests_per_section"] for r in old_hot], "s:", color="silver", label=f"all, {commit}")
         ax.set_xlabel("pollers (processes) on one key")
         ax.set_ylabel("per completed 5 ms section")
         ax.set_title("hot key: requests per section")
@@ -425,6 +516,9 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax2.plot(
             [r["pollers"] for r in hot], [100 * (r["jain"] or 0) for r in hot], "s--", label="Jain's fairness x100"
         )
+        if old_hot:
+            ax2.plot(xs_old, [r["sections_per_s"] for r in old_hot], "o:", color="grey", label=f"sections/s, {commit}")
+            ax2.plot(xs_old, [100 * r["jain"] for r in old_hot], "s:", color="silver", label=f"Jain x100, {commit}")
         ax2.set_xlabel("pollers (processes) on one key")
         ax2.set_title("hot key: throughput and fairness")
         ax2.legend(fontsize=8)
@@ -434,6 +528,16 @@ def plot(results: dict[str, Any], path: Path) -> None:
         bars = [throttled[p]["requests_per_s_per_waiter"] for p in THROTTLED_PHASES]
         labels = [f"{p}\n({throttled[p]['throttled_share']:.0%} throttled)" for p in THROTTLED_PHASES]
         ax.bar(labels, bars, color=["C0", "C3", "C1"])
+        old_throttled = (before or {}).get("throttled")
+        if old_throttled and before:
+            ax.plot(
+                labels,
+                [old_throttled[p] for p in THROTTLED_PHASES],
+                "D",
+                color="grey",
+                label=f"{before['machine']['commit']} (another run)",
+            )
+            ax.legend(fontsize=8)
         ax.set_ylabel("requests/s per waiter (at the proxy)")
         ax.set_title(f"{throttled['waiters']} waiters, throttled or not")
     fig.suptitle("django-dynlock waiting on DynamoDB Local (bench/waiting.py)")
@@ -445,36 +549,39 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 # -- main ------------------------------------------------------------------------------------
 
+PHASES = ("rates", "hot", "throttled", "cost")
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.waiting", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="shorter holds and windows (a smoke test)")
-    parser.add_argument("--only", default="rates,hot,throttled,cost", help="phases, comma-separated")
-    parser.add_argument("--holds", help="hold times in seconds for rates (default 0.5,2,5,15,40)")
-    parser.add_argument("--pollers", help="poller counts for hot (default 1,6,12,24)")
-    parser.add_argument("--window", type=float, help="seconds per hot and throttled run (default 8; quick 4)")
-    parser.add_argument("--plot", type=Path, default=IMG_DIR / "bench-waiting.png")
-    parser.add_argument("--replot", type=Path, help="redraw tables and plot from a saved JSON")
-    args = parser.parse_args(argv)
-    if args.replot:
-        results = json.loads(args.replot.read_text())
-        if results.get("cost"):  # the table from the saved counts, as this version writes it
-            results["cost"]["table"] = cost_table(results["cost"], results.get("rates", []), results.get("hot", []))
-        print_tables(results)
-        plot(results, args.plot)
-        return 0
-    phases = set(args.only.split(","))
-    if phases - {"rates", "hot", "throttled", "cost"}:
-        parser.error(f"unknown phases: {sorted(phases - {'rates', 'hot', 'throttled', 'cost'})}")
-    holds = [float(x) for x in (args.holds or ("0.5,2,5" if args.quick else "0.5,2,5,15,40")).split(",")]
-    pollers = [int(x) for x in (args.pollers or ("1,6,12" if args.quick else "1,6,12,24")).split(",")]
-    window = args.window or (4.0 if args.quick else 8.0)
-    if max(holds) > 120 or max(pollers) > 48 or not 1 <= window <= 60:
-        parser.error("holds up to 120 s, pollers up to 48, window 1..60 s")
-    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
 
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["bench.clients", "bench.contenders"])
+def defaults(quick: bool) -> tuple[list[float], list[int], float]:
+    """Hold times, poller counts and the hot and throttled window of a full or quick run."""
+    holds = [0.5, 2.0, 5.0] if quick else [0.5, 2.0, 5.0, 15.0, 40.0]
+    return holds, [1, 6, 12] if quick else [1, 6, 12, 24], 4.0 if quick else 8.0
+
+
+def joined(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    """Several runs' results as one: each phase from the last run that has it; the load
+    averages span them (the lowest start, the highest end), the commits are listed."""
+    results: dict[str, Any] = {}
+    for run in runs:
+        results.update({k: v for k, v in run.items() if k in PHASES or k not in results})
+    machines = [run.get("machine", {}) for run in runs]
+    if len(runs) > 1:
+        results["machine"] = dict(
+            machines[-1],
+            load_at_start=min(m.get("load_at_start", 0) for m in machines),
+            load_at_end=max(m.get("load_at_end", 0) for m in machines),
+            commit=",".join(sorted({m.get("commit", "") for m in machines})),
+        )
+    return results
+
+
+def measure(
+    ctx: Any, phases: set[str], holds: list[float], pollers: list[int], window: float, say: Any
+) -> dict[str, Any]:
+    """The section's measurements, on a DynamoDB Local of its own; BenchError if a child fails.
+
+    ``ctx``: a multiprocessing context (forkserver) for the waiter and poller processes.
+    """
     began = time.monotonic()
     server = start_local_server("dynamodb-local")
     setup = make_client(server.endpoint_url, **DEFAULTS)
@@ -507,9 +614,6 @@ def main(argv: list[str] | None = None) -> int:
             costs = measure_costs(server.endpoint_url, table)
             costs["table"] = cost_table(costs, results.get("rates", []), results.get("hot", []))
             results["cost"] = costs
-    except BenchError as error:
-        say(f"failed: {error}")
-        return 1
     finally:
         if kids is not None:
             kids.stop()
@@ -517,8 +621,55 @@ def main(argv: list[str] | None = None) -> int:
         server.stop()
     results["machine"]["load_at_end"] = os.getloadavg()[0]
     results["seconds"] = time.monotonic() - began
-    print_tables(results)
-    plot(results, args.plot)
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.waiting", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="shorter holds and windows (a smoke test)")
+    parser.add_argument("--only", default=",".join(PHASES), help="phases, comma-separated")
+    parser.add_argument("--holds", help="hold times in seconds for rates (default 0.5,2,5,15,40)")
+    parser.add_argument("--pollers", help="poller counts for hot (default 1,6,12,24)")
+    parser.add_argument("--window", type=float, help="seconds per hot and throttled run (default 8; quick 4)")
+    parser.add_argument("--plot", type=Path, default=IMG_DIR / "bench-waiting.png")
+    parser.add_argument(
+        "--before", type=Path, metavar="JSON", help="a baseline the plot draws in grey (bench/baselines/)"
+    )
+    parser.add_argument(
+        "--replot",
+        type=Path,
+        nargs="+",
+        metavar="JSON",
+        help="redraw tables and plot from saved results (several: each phase from the last that has it)",
+    )
+    args = parser.parse_args(argv)
+    if args.replot:
+        results = joined([json.loads(path.read_text()) for path in args.replot])
+        if results.get("cost"):  # the table from the saved counts, as this version writes it
+            results["cost"]["table"] = cost_table(results["cost"], results.get("rates", []), results.get("hot", []))
+        print(markdown(results))
+        plot(results, args.plot, json.loads(args.before.read_text()) if args.before else None)
+        return 0
+    phases = set(args.only.split(","))
+    if phases - set(PHASES):
+        parser.error(f"unknown phases: {sorted(phases - set(PHASES))}")
+    holds, pollers, window = defaults(args.quick)
+    holds = [float(x) for x in args.holds.split(",")] if args.holds else holds
+    pollers = [int(x) for x in args.pollers.split(",")] if args.pollers else pollers
+    window = args.window or window
+    if max(holds) > 120 or max(pollers) > 48 or not 1 <= window <= 60:
+        parser.error("holds up to 120 s, pollers up to 48, window 1..60 s")
+    say = lambda text: print(text, file=sys.stderr, flush=True)  # noqa: E731
+
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["bench.clients", "bench.contenders"])
+    try:
+        results = measure(ctx, phases, holds, pollers, window, say)
+    except BenchError as error:
+        say(f"failed: {error}")
+        return 1
+    print(markdown(results))
+    plot(results, args.plot, json.loads(args.before.read_text()) if args.before else None)
     out = write_results(results, None, "waiting")
     say(f"results: {out.relative_to(REPO_ROOT)}; plot: {args.plot}; {results['seconds']:.0f} s")
     return 0

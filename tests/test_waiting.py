@@ -243,6 +243,22 @@ def test_the_pauses_after_1100_polls(mock_dynlock):
         assert 0 < policy.transaction_delay(tries=tries, seen=[], now=now, give_up_at=now + 60) <= 1
 
 
+def test_short_holds_are_polled_at_the_backoffs_pace(mock_dynlock):
+    # issue 28: after a short hold the handoff stays as fast as before the pause that
+    # follows the hold's age. With HOLD_RAMP at 0.3 a waiter slept up to 45 ms at 0.15 s
+    # into a hold (60 ms at 0.2 s) where the backoff alone sleeps at most 25 ms.
+    policy = mock_dynlock._waiting
+    options = mock_dynlock.options
+    for age in (0.05, 0.1, 0.15):
+        for _ in range(20):  # the pauses are jittered
+            now = time.monotonic()
+            watch = waiting.Watch(rvn="r", since=now - age, lease_seconds=30.0, holder="h", held_since=now - age)
+            pause = policy.poll_delay(
+                tries=10, reserved=False, took=0.001, error=None, item=None, watch=watch, now=now, give_up_at=now + 60
+            )
+            assert pause <= options.max_retry_delay, (age, pause)
+
+
 def test_one_wait_past_1100_polls_acquires(mock_dynlock, monkeypatch):
     # The 1,025th pause computed 2**1024 before it capped: OverflowError after 24.5 s at
     # the default delays. Short delays reach that poll within seconds (the count is what

@@ -46,11 +46,15 @@ WATCHES_KEPT = 1024
 # 0.1 s + 5 % of the hold (the rest of the 0.1 s is the read's and the acquire's round
 # trips), and a 40 s hold costs about 75 requests, not 1,600. Early on the pause grows
 # only to HOLD_RAMP of the age, so that a handoff after a short hold stays as fast as
-# the plain backoff's. The downward jitter (to HOLD_JITTER) keeps independent pollers
-# apart without ever looking later than the bound.
+# the plain backoff's: 0.15 keeps it under MAX_RETRY_DELAY (25 ms) through a hold of
+# 0.17 s. At 0.3 a waiter after a 0.1-0.2 s hold slept 30-60 ms between looks, and its
+# handoff p50 was 2.0-2.5 x python-dynamodb-lock (fast)'s in the same runs against
+# 1.6 x for the engine before issue 28 (DynamoDB Local, loaded machine); at 0.15,
+# 1.4-1.5 x, and a 40 s hold cost 71 requests (69 at 0.3). The downward jitter (to
+# HOLD_JITTER) keeps independent pollers apart without ever looking later than the bound.
 HOLD_SLACK = 0.09
 HOLD_SHARE = 0.0495
-HOLD_RAMP = 0.3
+HOLD_RAMP = 0.15
 HOLD_JITTER = 0.98
 # Each throttled look in a row doubles the next pause, up to this many times: a
 # throttled partition is short of read units, and the holder's renewals need them more.
