@@ -11,8 +11,10 @@ request sent at ``s`` and answered at ``r`` on this process' monotonic clock, wi
 Each reply narrows the interval that the earlier ones left; replies that straddle a
 second boundary narrow it to about one round trip. Between replies the bounds widen
 by ``DRIFT`` per second, for the rates of the two clocks may differ a little. A
-reply outside the interval means the server's clock jumped: the interval starts
-again from that reply alone.
+reply outside the interval means the server's clock jumped, or that this reply (or
+the earlier ones) came from a front end or an intermediary with another clock: the
+interval widens to cover both, and later replies narrow it again. One reply never
+moves a bound inwards past what the others allow.
 
 The holder writes its expiry with the upper bound and stops trusting its lease
 before the server's clock can reach it; a taker compares the stored expiry with
@@ -82,13 +84,21 @@ class ServerClock:
                 return
             cur_low, cur_high = self._offset_bounds(received)
             if low >= cur_high or high <= cur_low:
-                # The server's clock moved against ours by more than the interval allows.
+                # This reply and the earlier ones cannot all be right: the server's clock
+                # jumped, or one reply came from a front end or an intermediary whose
+                # clock is off. Which one is wrong we cannot tell, so keep both: the
+                # interval widens to cover them, never narrows on one reply's word (a
+                # holder's expiry stamped early, or a taker's earliest moved late, would
+                # let two hold the key). Agreeing replies narrow it again as usual.
                 self.jumps += 1
                 moved = (low + high) / 2 - (cur_low + cur_high) / 2
                 logger.warning(
-                    "%s's clock moved by about %+.1fs against this host's monotonic clock", self._describe, moved
+                    "%s's clock disagrees by about %+.1fs with its earlier replies: "
+                    "the uncertainty of lock expiries widens to cover both",
+                    self._describe,
+                    moved,
                 )
-                self._low, self._high = (low, received), (high, received)
+                self._low, self._high = (min(cur_low, low), received), (max(cur_high, high), received)
                 return
             self._low = (max(cur_low, low), received)
             self._high = (min(cur_high, high), received)
