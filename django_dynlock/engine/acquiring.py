@@ -199,6 +199,8 @@ class Acquiring(Holding):
         # between it watches with consistent reads: a read costs a fifth of a write, is
         # cheaper for the server to answer, and leaves the holder's own writes unqueued.
         began = time.monotonic()
+        if self._clock_unread():
+            yield Send(functools.partial(self._read_clock, stored))  # see _learn_clock
         watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
         tries = 0
@@ -390,6 +392,7 @@ class Acquiring(Holding):
             thread=threading.current_thread().name,
             holder=terms.holder,
             takeover_rvn=takeover_rvn,
+            watch_only=self._watch_only(),
         )
         return params, stamp + terms.lease_seconds
 
@@ -434,10 +437,13 @@ class Acquiring(Holding):
         """
         latest = self.clock.latest(sent)
         if latest is None:
-            return True, None
-        ahead = expires - (latest + lease.lease_seconds)
-        if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
-            return True, None
+            if not self._watch_only():
+                return True, None
+            ahead = 0.0  # no Date in the reply either: store no expiry, not the wall clock's
+        else:
+            ahead = expires - (latest + lease.lease_seconds)
+            if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
+                return True, None
         if abs(ahead) > CLOCK_WARNING:
             logger.warning(
                 "this host's wall clock is about %+.0fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",

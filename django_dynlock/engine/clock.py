@@ -68,13 +68,21 @@ class ServerClock:
         self._low: tuple[float, float] | None = None
         self._high: tuple[float, float] | None = None
         self.jumps = 0
+        self.replies = 0  # replies taken in, with or without a Date
 
     @property
     def known(self) -> bool:
         return self._low is not None
 
+    @property
+    def dateless(self) -> bool:
+        """Replies came, and none carried a Date: the server's clock cannot be learnt."""
+        return self.replies > 0 and self._low is None
+
     def observe(self, sent: float, received: float, date: float | None) -> None:
         """Take in one reply: sent and received on the monotonic clock, its Date in epoch seconds."""
+        with self._lock:
+            self.replies += 1
         if date is None or received < sent:
             return
         low, high = date - received, date + 1.0 - sent
@@ -141,5 +149,5 @@ class ServerClock:
     def fresh_copy(self) -> ServerClock:
         """The same bounds behind a new lock (for a forked child: a parent thread may hold the old one)."""
         copy = ServerClock(describe=self._describe)
-        copy._low, copy._high, copy.jumps = self._low, self._high, self.jumps
+        copy._low, copy._high, copy.jumps, copy.replies = self._low, self._high, self.jumps, self.replies
         return copy

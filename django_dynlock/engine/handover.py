@@ -96,6 +96,7 @@ class HandingOver(Holding):
     def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
         seq = handover.seq + 1
         rvn = uuid.uuid4().hex
+        self._learn_clock(stored)
         sent = time.monotonic()
         stamp = self._stamp(sent)
         request = rq.adopt(
@@ -111,6 +112,7 @@ class HandingOver(Holding):
             host=socket.gethostname(),
             pid=os.getpid(),
             thread=threading.current_thread().name,
+            watch_only=self._watch_only(),
         )
         try:
             reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)

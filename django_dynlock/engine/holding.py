@@ -50,6 +50,7 @@ class Holding(ClientBase):
                 seq=seq,
                 lease_seconds=lease_seconds,
                 stamp=stamp,
+                watch_only=self._watch_only(),
             )
             self._store.call("update_item", "renew a lease", **request)
         except ClientError as exc:

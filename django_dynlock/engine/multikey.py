@@ -29,6 +29,7 @@ class MultiKey(Acquiring):
         self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
     ) -> LeaseGroup:
         """acquire_many() after its arguments were checked: ``by_stored`` maps stored keys to keys."""
+        self._learn_clock(min(by_stored))
         started = time.monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes

@@ -37,6 +37,16 @@ def gc_at(options: ClientOptions, now: float, lease_seconds: float = 0.0) -> dic
     return it.num(int(now + lease_seconds + options.retention) + 1)
 
 
+def _expiry(update: str, watch_only: bool) -> str:
+    """``update`` (which sets ``#expires_at``) storing no expiry instead, when ``watch_only``:
+    a holder that cannot learn DynamoDB's clock (its replies carry no Date) leaves its
+    lease to takeover by the clock-free watch alone, for its wall clock must not decide."""
+    if not watch_only:
+        return update
+    update = update.replace("#expires_at = :expires, ", "")
+    return update + (", #expires_at" if " REMOVE " in update else " REMOVE #expires_at")
+
+
 def acquire(
     options: ClientOptions,
     stored: str,
@@ -53,10 +63,12 @@ def acquire(
     thread: str,
     holder: Mapping[str, Any] | None,
     takeover_rvn: str | None,
+    watch_only: bool = False,
 ) -> Request:
     """One acquire attempt (also an item of a transaction); it stores ``stamp + lease_seconds``
-    as the expiry. ``earliest`` is the earliest DynamoDB's clock can read now (None while
-    unknown); ``takeover_rvn`` the holder's record version a waiter watched for a whole lease."""
+    as the expiry (none when ``watch_only``). ``earliest`` is the earliest DynamoDB's clock
+    can read now (None while unknown); ``takeover_rvn`` the holder's record version a waiter
+    watched for a whole lease."""
     all_names = names(
         it.OWNER,
         it.RVN,
@@ -122,13 +134,16 @@ def acquire(
         # The holder's expiry has passed, even by the earliest DynamoDB's clock can read.
         condition += " OR (attribute_exists(#owner) AND #expires_at < :earliest)"
         values[":earliest"] = it.num(earliest)
+    if watch_only:
+        del values[":expires"]
     return {
         "Key": key(options, stored),
-        "UpdateExpression": (
+        "UpdateExpression": _expiry(
             "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
             "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
             "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one, #ring = if_not_exists(#ring, :ring0) "
-            "REMOVE #released_at, #reserved_by"
+            "REMOVE #released_at, #reserved_by",
+            watch_only,
         ),
         "ConditionExpression": condition,
         "ExpressionAttributeNames": all_names,
@@ -138,12 +153,22 @@ def acquire(
 
 
 def renew(
-    options: ClientOptions, stored: str, *, owner: str, rvn: str, seq: int, lease_seconds: float, stamp: float
+    options: ClientOptions,
+    stored: str,
+    *,
+    owner: str,
+    rvn: str,
+    seq: int,
+    lease_seconds: float,
+    stamp: float,
+    watch_only: bool = False,
 ) -> Request:
-    """One renewal: the expiry becomes ``stamp + lease_seconds``."""
-    return {
+    """One renewal: the expiry becomes ``stamp + lease_seconds`` (none when ``watch_only``)."""
+    request: Request = {
         "Key": key(options, stored),
-        "UpdateExpression": "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
+        "UpdateExpression": _expiry(
+            "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc", watch_only
+        ),
         # The owner id names this acquisition alone. Not conditioned on our previous
         # rvn: a renewal applied whose reply was lost must not make the next one
         # fail. But on the sequence number: one delayed in the network must not
@@ -163,6 +188,9 @@ def renew(
         },
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
+    if watch_only:
+        del request["ExpressionAttributeValues"][":expires"]
+    return request
 
 
 def adopt(
@@ -179,16 +207,18 @@ def adopt(
     host: str,
     pid: int,
     thread: str,
+    watch_only: bool = False,
 ) -> Request:
     """A renewal by the process a lease was handed to (see handover.py): the expiry becomes
-    ``stamp + lease_seconds`` and the item names the new process. Conditioned on the
-    sequence number the giver stopped at, not just below ours: of two processes handed
-    the same lease (a message delivered twice), only the first write applies."""
-    return {
+    ``stamp + lease_seconds`` (none when ``watch_only``) and the item names the new process.
+    Conditioned on the sequence number the giver stopped at, not just below ours: of two
+    processes handed the same lease (a message delivered twice), only the first write applies."""
+    request: Request = {
         "Key": key(options, stored),
-        "UpdateExpression": (
+        "UpdateExpression": _expiry(
             "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc, "
-            "#host = :host, #pid = :pid, #thread = :thread"
+            "#host = :host, #pid = :pid, #thread = :thread",
+            watch_only,
         ),
         "ConditionExpression": "#owner = :me AND #fence = :token AND #seq = :handed",
         "ExpressionAttributeNames": {
@@ -210,6 +240,9 @@ def adopt(
         },
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
+    if watch_only:
+        del request["ExpressionAttributeValues"][":expires"]
+    return request
 
 
 def reserve(options: ClientOptions, stored: str, *, owner: str, holder: str) -> Request:

@@ -145,7 +145,9 @@ class Store:
         try:
             reply: dict[str, Any] = method(**params)
         except ClientError as exc:
-            self.clock.observe(sent, time.monotonic(), reply_date(exc.response))
+            date = reply_date(exc.response)
+            if date is not None:  # an error without one may be an intermediary's: it says nothing of DynamoDB
+                self.clock.observe(sent, time.monotonic(), date)
             raise
         self.clock.observe(sent, time.monotonic(), reply_date(reply))
         return reply

@@ -3,8 +3,9 @@
     python -m tests.support.takeover_child ROLE ENDPOINT TABLE KEY LEASE OFFSET REPORT [SECONDS] [INTERVAL]
 
 ROLE is ``hold`` (acquire, renew, report beliefs until killed or SECONDS pass),
-``try`` (one try_acquire, as a cron job or a fresh worker would) or ``retry``
-(try_acquire every INTERVAL seconds for up to SECONDS). OFFSET shifts this whole
+``try`` (one try_acquire, as a cron job or a fresh worker would), ``retry``
+(try_acquire every INTERVAL seconds for up to SECONDS) or ``wait`` (one acquire
+that waits up to SECONDS). OFFSET shifts this whole
 process' wall clock (``time.time``/``time_ns``, which botocore and the engine read)
 by that many seconds; its monotonic clock is untouched, as on a host whose clock is
 wrong. Every line of REPORT carries the *true* wall time, so that the test can
@@ -21,6 +22,7 @@ import sys
 import threading
 import time
 
+from django_dynlock.exceptions import LockNotAcquired
 from tests.support.clients import client_for
 from tests.support.wallclock import shift_wall_clock, true_wall
 
@@ -76,6 +78,16 @@ def main(
             time.sleep(0.01)
         os._exit(0)
     track_writes(client, report, "SENT")
+    if role == "wait":
+        try:
+            got = client.acquire(key, wait=float(seconds))
+        except LockNotAcquired:
+            report.line("BUSY", f"{true_wall():.6f}")
+        else:
+            report.line("GOT", got.token)
+            got.release()
+        client.close()
+        return
     for _ in range(int(float(seconds) / float(interval)) + 1 if role == "retry" else 1):
         got = client.try_acquire(key)
         if got is not None:
