@@ -392,6 +392,7 @@ class Acquiring(Holding):
             thread=threading.current_thread().name,
             holder=terms.holder,
             takeover_rvn=takeover_rvn,
+            base=self._fence_base(stamp),
             watch_only=self._watch_only(),
         )
         return params, stamp + terms.lease_seconds

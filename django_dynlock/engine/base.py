@@ -212,6 +212,12 @@ class ClientBase:
         )
         return True
 
+    def _fence_base(self, stamp: float) -> float | None:
+        """The base of a new fencing counter: the stamp when it is DynamoDB's clock; None while
+        that clock is unknown (the write then continues an existing counter only). A server
+        without Date headers leaves only this host's wall clock (docs/protocol.md, known limits)."""
+        return stamp if self.clock.known or self.clock.dateless else None
+
     def _stamp(self, at: float) -> float:
         """The time a write sent at monotonic ``at`` stamps into the item.
 

@@ -63,12 +63,15 @@ def acquire(
     thread: str,
     holder: Mapping[str, Any] | None,
     takeover_rvn: str | None,
+    base: float | None,
     watch_only: bool = False,
 ) -> Request:
     """One acquire attempt (also an item of a transaction); it stores ``stamp + lease_seconds``
     as the expiry (none when ``watch_only``). ``earliest`` is the earliest DynamoDB's clock
     can read now (None while unknown); ``takeover_rvn`` the holder's record version a waiter
-    watched for a whole lease."""
+    watched for a whole lease. ``base`` starts the fencing counter of a key without an item:
+    the latest DynamoDB's clock can read; None while that is unknown, and then the attempt
+    applies only to an existing item (whose counter it continues)."""
     all_names = names(
         it.OWNER,
         it.RVN,
@@ -105,7 +108,7 @@ def acquire(
         # The latest DynamoDB's clock can read is never behind it, and an earlier
         # base was at most its writer's uncertainty ahead: TTL deletes an item no
         # sooner than a lease + RETENTION after its last write, far more than that.
-        ":base": it.num(int(stamp * 1_000_000)),
+        ":base": it.num(int((stamp if base is None else base) * 1_000_000)),  # unused when None: see below
         ":one": it.num(1),
         ":tag": {"S": tag},
         ":ring0": it.EMPTY_RING,
@@ -134,6 +137,10 @@ def acquire(
         # The holder's expiry has passed, even by the earliest DynamoDB's clock can read.
         condition += " OR (attribute_exists(#owner) AND #expires_at < :earliest)"
         values[":earliest"] = it.num(earliest)
+    if base is None:
+        # A new counter from a host's wall clock could start below tokens already issued
+        # (a slow clock, after TTL deleted the item): only DynamoDB's clock may start one.
+        condition = f"({condition}) AND attribute_exists(#fence)"
     if watch_only:
         del values[":expires"]
     return {
