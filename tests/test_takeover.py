@@ -49,6 +49,7 @@ class Scenario:
         seconds: float = 30.0,
         key: str = "k",
         endpoint: str | None = None,
+        lease: float = LEASE,
     ) -> Path:
         report = self.dir / f"{name}.txt"
         report.touch()
@@ -61,7 +62,7 @@ class Scenario:
                 endpoint or self.endpoint,
                 self.table,
                 key,
-                str(LEASE),
+                str(lease),
                 str(offset),
                 str(report),
                 str(seconds),

@@ -97,6 +97,7 @@ class HandingOver(Holding):
         seq = handover.seq + 1
         rvn = uuid.uuid4().hex
         self._learn_clock(stored)
+        clock_was_known = self.clock.known
         sent = time.monotonic()
         stamp = self._stamp(sent)
         request = rq.adopt(
@@ -123,7 +124,7 @@ class HandingOver(Holding):
             if not (item.get(it.OWNER, {}).get("S") == handover.owner and item.get(it.RVN, {}).get("S") == rvn):
                 raise self._not_adopted(handover, item) from None
         info = self._info(item)
-        return Lease(
+        lease = Lease(
             self._as_client,
             key=handover.key,
             stored_key=stored,
@@ -135,6 +136,18 @@ class HandingOver(Holding):
             seq=seq,
             holder=dict(info.holder) if info is not None else None,
         )
+        if clock_was_known and lease.is_held:
+            return lease
+        # Stamped by this host's wall clock (the read before it got no answer), or the reply
+        # came too late to use: one renewal by DynamoDB's clock, as acquire restamps. A
+        # lease that ended before it could be handed out is never returned.
+        with lease.upkeep.renew_lock:
+            applied, now_item = self._renew_write(lease, lease_seconds)
+        if not applied:
+            raise self._not_adopted(handover, now_item or {})
+        if not lease.is_held:
+            raise LockLost(handover.key, handover.token, "expired", "adopted, but too late to use")
+        return lease
 
     def _not_adopted(self, handover: Handover, item: Mapping[str, Any]) -> LockLost:
         info = self._info(item)
@@ -148,19 +161,22 @@ class HandingOver(Holding):
         detail = f"now held with token {info.token}" if info is not None and info.owner else "the lock item is gone"
         return LockLost(handover.key, handover.token, "taken", detail)
 
-    def _release_handover(self, handover: Handover) -> bool:
+    def _release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
         stored = self.options.prefixed(handover.key)
         try:
             self._store.call(
                 "update_item",
                 "release a handed-over lease",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **self._release_request(stored, handover.owner, handover.token),
+                **self._release_request(
+                    stored, handover.owner, handover.token, handed_seq=None if even_if_adopted else handover.seq
+                ),
             )
         except ClientError as exc:
             item = self._store.old_item(exc, stored)
             slot, tag = it.release_slot(handover.owner)
-            # Released under this owner id already: by an adopter, or by an earlier try of ours.
+            # Released under this owner id already: by an adopter, or by an earlier try of
+            # ours. Still held under it with a later seq: adopted, and the adopter's.
             return bool(
                 item
                 and (

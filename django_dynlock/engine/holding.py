@@ -248,10 +248,14 @@ class Holding(ClientBase):
             or it.in_ring(item, tag)
         )
 
-    def _release_request(self, stored: str, owner: str, fence: int | None = None) -> dict[str, Any]:
+    def _release_request(
+        self, stored: str, owner: str, fence: int | None = None, *, handed_seq: int | None = None
+    ) -> dict[str, Any]:
         """The release write of ``owner`` (see requests.release)."""
         now = self.clock.now()
-        return rq.release(self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now)
+        return rq.release(
+            self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now, handed_seq=handed_seq
+        )
 
     def _release_later(self, lease: Lease) -> None:
         """Have the heartbeat thread try a failed release again, until it is confirmed.

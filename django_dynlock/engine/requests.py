@@ -286,10 +286,21 @@ def mark_slot(options: ClientOptions, stored: str, *, owner: str, mark: str, now
     }
 
 
-def release(options: ClientOptions, stored: str, *, owner: str, fence: int | None, rvn: str, now: float) -> Request:
+def release(
+    options: ClientOptions,
+    stored: str,
+    *,
+    owner: str,
+    fence: int | None,
+    rvn: str,
+    now: float,
+    handed_seq: int | None = None,
+) -> Request:
     """The release write of ``owner``: the item keeps its fence, loses its owner, and
     remembers the release in the owner's slot (see items.RELEASE_SLOTS) and, for a
-    lease whose ``fence`` is known, in the release ring (items.RING)."""
+    lease whose ``fence`` is known, in the release ring (items.RING). With ``handed_seq``
+    (release_handover), only while nobody wrote after the giver: an adopter's renewals
+    carry the same owner id, and its lease is not the giver's to end."""
     slot, tag = it.release_slot(owner)
     all_names = {
         **names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
@@ -300,7 +311,7 @@ def release(options: ClientOptions, stored: str, *, owner: str, fence: int | Non
     if fence is not None:
         all_names["#ring"] = it.RING
         ring = f", #ring[{it.ring_index(fence)}] = :tag"  # a list index cannot be a placeholder
-    return {
+    request: Request = {
         "Key": key(options, stored),
         "UpdateExpression": (
             f"SET #released_at = :now, #released_by = :me, #slot = :tag{ring}, #gc = :gc, #rvn = :rvn REMOVE #owner"
@@ -315,6 +326,11 @@ def release(options: ClientOptions, stored: str, *, owner: str, fence: int | Non
             ":gc": gc_at(options, now),
         },
     }
+    if handed_seq is not None:
+        request["ConditionExpression"] += " AND #seq = :handed"
+        all_names["#seq"] = it.SEQ
+        request["ExpressionAttributeValues"][":handed"] = it.num(handed_seq)
+    return request
 
 
 def break_condition(token: int | None) -> tuple[str, dict[str, Any]]:
