@@ -217,10 +217,14 @@ class Holding(ClientBase):
                 return
             if self._released_by_us(lease, item):
                 return
-            if quiet:
-                self._disown(lease)  # taken or broken meanwhile
-                return
             reason, detail = self._why_not_ours(lease, item)
+            if quiet:
+                # Taken or broken meanwhile: release() had returned, so this is the holder's
+                # only word of it (docs/protocol.md, "Release").
+                logger.warning("%r ended before its release got through: %s; %s", lease, reason, detail)
+                self._emit("lost", lease, reason=reason)
+                self._disown(lease)
+                return
             self._lose(lease, reason, detail)
             raise lease.upkeep.lost or LockLost(lease.key, lease.token, reason, detail) from None
         except DynLockError as exc:
