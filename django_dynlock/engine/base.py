@@ -23,7 +23,7 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import ClientClosed, DynLockError
 from . import requests as rq
-from .clock import DRIFT, ServerClock
+from .clock import DRIFT, ServerClock, monotonic
 from .executors import Executors
 from .failures import safe_endpoint
 from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
@@ -235,7 +235,7 @@ class ClientBase:
         could reach the stored expiry, which is when takers may take the key.
         """
         end = sent + lease_seconds
-        now = time.monotonic()
+        now = monotonic()
         latest = self.clock.latest(now)
         if latest is not None:
             end = min(end, now + (expires - latest) / (1.0 + DRIFT))

@@ -36,6 +36,17 @@ logger = logging.getLogger("django_dynlock")
 DRIFT = 5e-3
 
 
+def monotonic() -> float:
+    """The engine's clock for leases, timeouts and the offset below: seconds that never go
+    back, and that count the time the host spent suspended where the platform has such a
+    clock (``CLOCK_BOOTTIME`` on Linux). ``time.monotonic()`` stops while a host sleeps, so a
+    holder resumed after a suspend longer than its lease would still trust it while others
+    took the key; elsewhere it is all there is.
+    """
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)  # looked up at each call: tests replace `time`
+    return time.monotonic() if boottime is None else time.clock_gettime(boottime)
+
+
 def parse_http_date(value: str | None) -> float | None:
     """Epoch seconds of an HTTP ``Date`` header, or None when missing or unreadable."""
     if not value:
@@ -119,7 +130,7 @@ class ServerClock:
 
     def bounds(self, at: float | None = None) -> tuple[float, float] | None:
         """(earliest, latest) the server's clock can read at monotonic time ``at`` (default: now)."""
-        at = time.monotonic() if at is None else at
+        at = monotonic() if at is None else at
         with self._lock:
             if self._low is None:
                 return None

@@ -17,7 +17,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from botocore.exceptions import ClientError
 from ..exceptions import InvalidArgument, LockLost, LockNotAcquired
 from . import items as it
 from . import requests as rq
+from .clock import monotonic
 from .holding import Holding
 from .lease import Lease
 
@@ -77,7 +77,7 @@ class HandingOver(Holding):
             # From here on this process neither renews nor releases it.
             lease.upkeep.mark_released()
         self._stop_holding(lease)
-        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
         return handover
 
     def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
@@ -98,7 +98,7 @@ class HandingOver(Holding):
         rvn = uuid.uuid4().hex
         self._learn_clock(stored)
         clock_was_known = self.clock.known
-        sent = time.monotonic()
+        sent = monotonic()
         stamp = self._stamp(sent)
         request = rq.adopt(
             self.options,

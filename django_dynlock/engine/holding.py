@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +15,7 @@ from ..exceptions import DynLockError, LockLost
 from . import items as it
 from . import requests as rq
 from .base import ClientBase
+from .clock import monotonic
 from .lease import Lease, LeaseState
 from .options import call_budget, check_seconds
 from .text import printable
@@ -38,7 +38,7 @@ class Holding(ClientBase):
         ``lease.upkeep.renew_lock``: renewals of one lease go out one at a time.
         """
         seq = lease.upkeep.seq = lease.upkeep.seq + 1
-        sent = time.monotonic()
+        sent = monotonic()
         stamp = self._stamp(sent)
         expires = stamp + lease_seconds
         try:
@@ -111,7 +111,7 @@ class Holding(ClientBase):
         # acquire takes the key once its expiry has passed by DynamoDB's clock.
         lease.upkeep.mark_released()
         self._stop_holding(lease)
-        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
 
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
@@ -122,7 +122,7 @@ class Holding(ClientBase):
         if not lease.needs_renewal or self._closed:
             return None
         period = self._period(lease.lease_seconds)
-        if time.monotonic() >= lease.valid_until:
+        if monotonic() >= lease.valid_until:
             self._lose(lease, "expired", EXPIRED)
             return None
         self._lose_on_time(lease)
@@ -152,7 +152,7 @@ class Holding(ClientBase):
         lease), only the retries of a lease at risk.
         """
         end = lease.valid_until
-        left = end - time.monotonic()
+        left = end - monotonic()
         if left > call_budget(self.options.client_config) or lease.upkeep.watched_end == end:
             return
         lease.upkeep.watched_end = end
@@ -160,11 +160,11 @@ class Holding(ClientBase):
 
     def _lose_if_ended(self, lease: Lease, end: float) -> None:
         # A renewal that succeeded meanwhile moved the end: nothing was lost.
-        if lease.needs_renewal and lease.valid_until == end and time.monotonic() >= end and not self._closed:
+        if lease.needs_renewal and lease.valid_until == end and monotonic() >= end and not self._closed:
             self._lose(lease, "expired", EXPIRED)
 
     def _retry_delay(self, lease: Lease) -> float:
-        left = max(0.0, lease.valid_until - time.monotonic())
+        left = max(0.0, lease.valid_until - monotonic())
         return max(self.options.min_retry_delay, min(self._period(lease.lease_seconds) / 3, left / 3))
 
     def _release(self, lease: Lease) -> None:
@@ -188,7 +188,7 @@ class Holding(ClientBase):
         finally:
             lease.upkeep.mark_released()
             self._stop_holding(lease)
-        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
 
     def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
         """The release write. On success the item keeps its fence and loses its owner.
@@ -269,7 +269,7 @@ class Holding(ClientBase):
         retries stop. Without them the key would stay held until its expiry passed.
         Bounded by RELEASE_RETRY_FOR, with a backoff up to the heartbeat period.
         """
-        now = time.monotonic()
+        now = monotonic()
         if lease.upkeep.release_since is None:
             lease.upkeep.release_since = now
         if self._closed or now - lease.upkeep.release_since >= RELEASE_RETRY_FOR:

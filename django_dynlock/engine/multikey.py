@@ -13,6 +13,7 @@ from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
 from .acquiring import Acquiring, Terms
+from .clock import monotonic
 from .failures import error_code, is_throttling, safe_endpoint
 from .lease import Lease, LeaseGroup
 from .store import backoff
@@ -30,17 +31,17 @@ class MultiKey(Acquiring):
     ) -> LeaseGroup:
         """acquire_many() after its arguments were checked: ``by_stored`` maps stored keys to keys."""
         self._learn_clock(min(by_stored))
-        started = time.monotonic()
+        started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
         entered: list[str] = []
         try:
             for stored in ordered:
-                if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - time.monotonic())):
+                if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - monotonic())):
                     raise LockNotAcquired(
                         by_stored[stored],
                         holder=self._local_holder(stored),
-                        waited=time.monotonic() - started,
+                        waited=monotonic() - started,
                         keys=tuple(by_stored.values()),
                     )
                 entered.append(stored)
@@ -57,7 +58,7 @@ class MultiKey(Acquiring):
                 self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
             raise
         for one in leases:
-            self._start_holding(one, waited=time.monotonic() - started)
+            self._start_holding(one, waited=monotonic() - started)
         return LeaseGroup(self._as_client, leases)
 
     def _acquire_in_order(
@@ -73,7 +74,7 @@ class MultiKey(Acquiring):
         meanwhile all are given back, and the whole group is tried again while ``wait``
         lasts: a group is only handed out while every lease in it holds.
         """
-        started = time.monotonic()
+        started = monotonic()
         while True:
             leases: list[Lease] = []
             try:
@@ -89,7 +90,7 @@ class MultiKey(Acquiring):
             if not lost:
                 return leases
             self._give_back(leases)
-            now = time.monotonic()
+            now = monotonic()
             if now >= terms.give_up_at:
                 info = self._info(self._store.get_item(lost[0].stored_key))
                 info = info if info is not None and info.is_held else None
@@ -134,9 +135,9 @@ class MultiKey(Acquiring):
         tries = 0
         throttled = 0  # transactions in a row that DynamoDB throttled
         rechecked = False
-        started = time.monotonic()
+        started = monotonic()
         while True:
-            now = time.monotonic()
+            now = monotonic()
             clock_was_known = self.clock.known
             attempt.seq += 1
             updates = []
@@ -147,7 +148,7 @@ class MultiKey(Acquiring):
                 request, expires = self._acquire_request(stored, attempt, terms, takeover)
                 updates.append({"Update": {"TableName": self.options.table_name, **request}})
                 expiries.append(expires)
-            sent = time.monotonic()
+            sent = monotonic()
             error: DynLockError | None = None
             busy: str | None = None
             try:
@@ -170,7 +171,7 @@ class MultiKey(Acquiring):
                         raise error from exc
                 else:
                     reasons = exc.response.get("CancellationReasons") or []
-                    received = time.monotonic()
+                    received = monotonic()
                     for stored, reason in zip(ordered, reasons):
                         if reason.get("Code") == "ConditionalCheckFailed":
                             item = reason.get("Item")
@@ -207,7 +208,7 @@ class MultiKey(Acquiring):
                     rechecked = True
                     continue
                 error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
-            now = time.monotonic()
+            now = monotonic()
             if now >= terms.give_up_at:
                 if busy is not None:
                     # What the last transaction saw: a read now could outlast the wait.

@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..exceptions import DynLockError
 from . import requests as rq
-from .clock import ServerClock, reply_date
+from .clock import ServerClock, monotonic, reply_date
 from .connection import build_boto_client
 from .failures import error_code, may_have_applied, safe_endpoint, translate
 from .options import ClientOptions
@@ -141,15 +141,15 @@ class Store:
     def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         """One botocore call; its reply's Date header narrows our view of DynamoDB's clock."""
         method = getattr(self.boto, operation)
-        sent = time.monotonic()
+        sent = monotonic()
         try:
             reply: dict[str, Any] = method(**params)
         except ClientError as exc:
             date = reply_date(exc.response)
             if date is not None:  # an error without one may be an intermediary's: it says nothing of DynamoDB
-                self.clock.observe(sent, time.monotonic(), date)
+                self.clock.observe(sent, monotonic(), date)
             raise
-        self.clock.observe(sent, time.monotonic(), reply_date(reply))
+        self.clock.observe(sent, monotonic(), reply_date(reply))
         return reply
 
     def translate(self, exc: BaseException, action: str) -> DynLockError:
