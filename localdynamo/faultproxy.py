@@ -25,6 +25,9 @@ for requests chosen to suffer a fault:
 ``"strip_date"``
     forward, then answer with the upstream's reply without its ``Date`` header.
 
+``rewrite_replies(operation, rewrite)`` passes the parsed JSON reply of every
+forwarded ``operation`` through ``rewrite`` (say, ``Replicas`` added to DescribeTable's).
+
 ``set_dates(offset=..., strip=...)`` does the same to every reply that no fault
 answers, until called again: a client whose every reply passes a skewed or
 Date-less intermediary.
@@ -293,6 +296,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if date_offset is not None:
             headers = _redate(headers, date_offset)
+        rewrite = proxy._reply_rewrites.get(self.headers.get("X-Amz-Target", "").rpartition(".")[2])
+        if rewrite is not None and status == 200:
+            payload = json.dumps(rewrite(json.loads(payload))).encode()
+            # botocore checks a DynamoDB reply against this checksum when it is there
+            headers = [(name, value) for name, value in headers if name.lower() != "x-amz-crc32"]
         self._reply(status, payload, headers, reason=reason)
         if record is not None:
             record.status = status
@@ -374,6 +382,7 @@ class FaultProxy:
         self._rate_delay: float | None = None
         self._rate_operations: frozenset[str] | None = None
         self._date_offset: float | None = None  # set_dates: NaN strips the header
+        self._reply_rewrites: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self._paused = False
         self.partitions: Partitions | None = None
         self._requests = 0
@@ -519,6 +528,15 @@ class FaultProxy:
         (``strip``) leave it out; ``set_dates()`` passes it through again."""
         with self._lock:
             self._date_offset = math.nan if strip else (offset or None)
+
+    def rewrite_replies(self, operation: str, rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        """Pass the parsed JSON of every successful ``operation`` reply through ``rewrite``
+        (None: stop), as a server with other features would answer."""
+        with self._lock:
+            if rewrite is None:
+                self._reply_rewrites.pop(operation, None)
+            else:
+                self._reply_rewrites[operation] = rewrite
 
     def limit_partitions(self, partitions: Partitions | None) -> None:
         """Throttle requests beyond each key's throughput (``Partitions(read_units=30,
