@@ -344,9 +344,9 @@ def _ticket(source: Any) -> tuple[Handover, str] | None:
         return None
 
 
-def _release_quietly(handover: Handover, alias: str, why: str) -> None:
+def _release_quietly(handover: Handover, alias: str, why: str, *, adopter_dead: bool = False) -> None:
     try:
-        get_lock_client(alias).release_handover(handover)
+        get_lock_client(alias).release_handover(handover, even_if_adopted=adopter_dead)
     except DynLockError as exc:
         logger.warning("could not release the once lease on %r (%s); it ends at its expiry: %s", handover.key, why, exc)
 
@@ -399,7 +399,8 @@ def _on_failure(
     request = sender.request
     ticket = (_ticket(request) if getattr(request, "id", None) == task_id else None) or remembered
     if ticket is not None:
-        _release_quietly(*ticket, why=type(exception).__name__)
+        # The pool process that ran it was killed: its adopted lease is nobody's now.
+        _release_quietly(*ticket, why=type(exception).__name__, adopter_dead=True)
 
 
 def _on_postrun(sender: Any = None, task_id: str | None = None, **_: Any) -> None:

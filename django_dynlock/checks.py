@@ -66,6 +66,22 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                     id="dynlock.E103",
                 )
             )
+        if status.replicas and status.multi_region_consistency != "STRONG":
+            messages.append(
+                checks.Error(
+                    _(
+                        "DYNLOCK[%(alias)r]: table %(table)r is a global table (replicas in %(regions)s) with "
+                        "multi-Region eventual consistency: each Region judges a lock's conditions against its "
+                        "own copy, so two Regions can hold the same lock at once."
+                    )
+                    % {"alias": alias, "table": status.name, "regions": ", ".join(status.replicas)},
+                    hint=_(
+                        "Use a single-Region table for locks, or a global table created with "
+                        "multi-Region strong consistency (MultiRegionConsistency STRONG)."
+                    ),
+                    id="dynlock.E104",
+                )
+            )
         if status.ttl_status not in ("ENABLED", "ENABLING") or status.ttl_attribute != client.options.ttl_attribute:
             if status.ttl_attribute is None:  # DISABLED: DynamoDB names no attribute
                 said = _(

@@ -19,6 +19,18 @@ for requests chosen to suffer a fault:
 ``"http500_applied"``
     forward (the request *is* applied), then answer 500 ``InternalServerError``
     instead of the upstream's reply: the server failed after the write.
+``"shift_date"``
+    forward, then answer with the upstream's reply whose ``Date`` header is moved by
+    ``date_offset`` seconds: an intermediary, or a front end, with a skewed clock.
+``"strip_date"``
+    forward, then answer with the upstream's reply without its ``Date`` header.
+
+``rewrite_replies(operation, rewrite)`` passes the parsed JSON reply of every
+forwarded ``operation`` through ``rewrite`` (say, ``Replicas`` added to DescribeTable's).
+
+``set_dates(offset=..., strip=...)`` does the same to every reply that no fault
+answers, until called again: a client whose every reply passes a skewed or
+Date-less intermediary.
 
 Faults are chosen per request, by scripted rules (``add_fault``, which take
 precedence), by DynamoDB's per-partition throughput (``limit_partitions``: a token
@@ -51,6 +63,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import math
 import random
 import socket
 import socketserver
@@ -63,6 +76,7 @@ import uuid
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from email.utils import formatdate, parsedate_to_datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -70,7 +84,9 @@ from localdynamo.partitions import Partitions
 
 __all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "RequestRecord", "ScriptedFault"]
 
-FAULT_KINDS = frozenset({"http500", "throttle", "delay", "reset", "drop_reply", "http500_applied"})
+FAULT_KINDS = frozenset(
+    {"http500", "throttle", "delay", "reset", "drop_reply", "http500_applied", "shift_date", "strip_date"}
+)
 
 _ERROR_PREFIX = "com.amazonaws.dynamodb.v20120810#"
 _ERROR_REPLIES = {
@@ -109,6 +125,7 @@ class ScriptedFault:
     match: Matcher | None
     times: int
     delay_seconds: float | None
+    date_offset: float = 0.0
     fired: int = 0
 
     @property
@@ -228,16 +245,22 @@ class _Handler(BaseHTTPRequestHandler):
         target = self.headers.get("X-Amz-Target") or ""
         operation = target.rpartition(".")[2]
 
-        kind, delay = proxy._choose(operation, body)
+        kind, delay, date_offset = proxy._choose(operation, body)
         record = proxy._start_record(operation, kind, body)
         try:
-            self._answer(proxy, kind, delay, body, record)
+            self._answer(proxy, kind, delay, date_offset, body, record)
         finally:
             if record is not None:
                 record.answered = time.time()
 
     def _answer(
-        self, proxy: FaultProxy, kind: str | None, delay: float, body: bytes, record: RequestRecord | None
+        self,
+        proxy: FaultProxy,
+        kind: str | None,
+        delay: float,
+        date_offset: float | None,
+        body: bytes,
+        record: RequestRecord | None,
     ) -> None:
         if kind in ("reset", "paused"):
             self._abort()
@@ -271,6 +294,13 @@ class _Handler(BaseHTTPRequestHandler):
         if kind == "http500_applied":
             self._error_reply(kind, record)
             return
+        if date_offset is not None:
+            headers = _redate(headers, date_offset)
+        rewrite = proxy._reply_rewrites.get(self.headers.get("X-Amz-Target", "").rpartition(".")[2])
+        if rewrite is not None and status == 200:
+            payload = json.dumps(rewrite(json.loads(payload))).encode()
+            # botocore checks a DynamoDB reply against this checksum when it is there
+            headers = [(name, value) for name, value in headers if name.lower() != "x-amz-crc32"]
         self._reply(status, payload, headers, reason=reason)
         if record is not None:
             record.status = status
@@ -351,6 +381,8 @@ class FaultProxy:
         self._rates: list[tuple[str, float]] = []
         self._rate_delay: float | None = None
         self._rate_operations: frozenset[str] | None = None
+        self._date_offset: float | None = None  # set_dates: NaN strips the header
+        self._reply_rewrites: dict[str, Callable[[dict[str, Any]], dict[str, Any]]] = {}
         self._paused = False
         self.partitions: Partitions | None = None
         self._requests = 0
@@ -437,9 +469,11 @@ class FaultProxy:
         match: Matcher | None = None,
         times: int = 1,
         delay_seconds: float | None = None,
+        date_offset: float = 0.0,
     ) -> ScriptedFault:
         """Inject ``kind`` into the next ``times`` requests for ``operation``
         (None: any) whose JSON body satisfies ``match`` (None: any).
+        ``date_offset``: seconds a ``"shift_date"`` fault moves the reply's ``Date`` by.
 
         Rules are tried in the order they were added; ``match`` runs on a
         proxy thread and gets ``{}`` for a non-JSON body.
@@ -447,7 +481,7 @@ class FaultProxy:
         _check_kind(kind, delay_seconds)
         if times < 1:
             raise ValueError("times must be >= 1")
-        fault = ScriptedFault(kind, operation, match, times, delay_seconds)
+        fault = ScriptedFault(kind, operation, match, times, delay_seconds, date_offset)
         with self._lock:
             self._scripted.append(fault)
         return fault
@@ -488,6 +522,21 @@ class FaultProxy:
             self._rates = [(k, r) for k, r in rates.items() if r > 0]
             self._rate_delay = delay_seconds
             self._rate_operations = None if operations is None else frozenset(operations)
+
+    def set_dates(self, *, offset: float = 0.0, strip: bool = False) -> None:
+        """Move the ``Date`` of every reply no fault answers by ``offset`` seconds, or
+        (``strip``) leave it out; ``set_dates()`` passes it through again."""
+        with self._lock:
+            self._date_offset = math.nan if strip else (offset or None)
+
+    def rewrite_replies(self, operation: str, rewrite: Callable[[dict[str, Any]], dict[str, Any]] | None) -> None:
+        """Pass the parsed JSON of every successful ``operation`` reply through ``rewrite``
+        (None: stop), as a server with other features would answer."""
+        with self._lock:
+            if rewrite is None:
+                self._reply_rewrites.pop(operation, None)
+            else:
+                self._reply_rewrites[operation] = rewrite
 
     def limit_partitions(self, partitions: Partitions | None) -> None:
         """Throttle requests beyond each key's throughput (``Partitions(read_units=30,
@@ -544,15 +593,18 @@ class FaultProxy:
             and self._requests <= self.max_requests
         )
 
-    def _choose(self, operation: str, raw_body: bytes) -> tuple[str | None, float]:
-        """Count the request and pick its fault: (kind or None, delay)."""
+    def _choose(self, operation: str, raw_body: bytes) -> tuple[str | None, float, float | None]:
+        """Count the request and pick its fault: (kind or None, delay, how to redate its
+        reply: None to pass the Date through, NaN to strip it, else seconds to move it by)."""
         body = _parse_body(raw_body) if raw_body else {}
         with self._lock:
             self._requests += 1
             self._operations[operation] += 1
             kind: str | None = None
             delay = 0.0
+            date_offset: float | None = None
             if self._within_budget():
+                date_offset = self._date_offset
                 if self._paused:
                     kind = "paused"
                 for fault in self._scripted if kind is None else ():
@@ -564,6 +616,10 @@ class FaultProxy:
                     if applies:
                         fault.fired += 1
                         kind, delay = fault.kind, fault.delay_seconds or 0.0
+                        if kind == "shift_date":
+                            date_offset = fault.date_offset
+                        elif kind == "strip_date":
+                            date_offset = math.nan
                         break
                 if (
                     kind is None
@@ -582,7 +638,7 @@ class FaultProxy:
             if kind is not None:
                 self._faults[kind] += 1
                 self._op_faults.setdefault(operation, Counter())[kind] += 1
-            return kind, delay
+            return kind, delay, date_offset
 
     def _start_record(self, operation: str, kind: str | None, raw_body: bytes) -> RequestRecord | None:
         if not self.record:
@@ -638,6 +694,18 @@ def _check_kind(kind: str, delay_seconds: float | None) -> None:
         raise ValueError(f"unknown fault kind {kind!r}; expected one of {sorted(FAULT_KINDS)}")
     if kind == "delay" and (delay_seconds is None or delay_seconds < 0):
         raise ValueError("a delay fault needs delay_seconds >= 0")
+
+
+def _redate(headers: list[tuple[str, str]], offset: float) -> list[tuple[str, str]]:
+    """The reply's headers with its Date moved by ``offset`` seconds (NaN: without a Date)."""
+    kept = [(name, value) for name, value in headers if name.lower() != "date"]
+    if math.isnan(offset):
+        return kept
+    for name, value in headers:
+        when = parsedate_to_datetime(value) if name.lower() == "date" else None
+        if when is not None:
+            kept.append((name, formatdate(when.timestamp() + offset, usegmt=True)))
+    return kept
 
 
 def _parse_body(raw: bytes) -> dict[str, Any]:

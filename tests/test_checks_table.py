@@ -6,6 +6,7 @@ import pytest
 from django.core import checks
 
 from django_dynlock import BackendError, TableSchemaError, get_lock_client
+from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client, table_name
 from tests.support.aliases import alias_settings
 from tests.support.commands import fails
@@ -116,3 +117,26 @@ def test_ttl_disabled_warns_and_create_table_enables_it(moto_server, settings):
     status = get_lock_client().create_table()
     assert not status.created and status.ttl_status == "ENABLED"
     assert table_check_ids() == []
+
+
+@pytest.mark.parametrize("consistency", [None, "EVENTUAL", "STRONG"])
+def test_a_global_table_needs_multi_region_strong_consistency(dynlock, settings, consistency):
+    def global_table(reply):
+        table = reply["Table"]
+        table["Replicas"] = [
+            {"RegionName": region, "ReplicaStatus": "ACTIVE"} for region in ("us-east-1", "eu-west-1", "us-west-2")
+        ]
+        if consistency:
+            table["MultiRegionConsistency"] = consistency
+        return reply
+
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        proxy.rewrite_replies("DescribeTable", global_table)
+        settings.DYNLOCK = {"default": {**settings.DYNLOCK["default"], "ENDPOINT_URL": proxy.endpoint_url}}
+        messages = checks.run_checks(tags=["dynlock_table"], include_deployment_checks=True)
+    found = [m for m in messages if m.id == "dynlock.E104"]
+    if consistency == "STRONG":
+        assert found == []
+    else:
+        assert len(found) == 1 and found[0].level == checks.ERROR
+        assert "us-east-1, eu-west-1, us-west-2" in found[0].msg and "STRONG" in found[0].hint

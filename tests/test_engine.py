@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -35,6 +36,22 @@ def test_uncontended_acquire_and_release_cost_two_calls(dynlock):
         lease = dynlock.acquire("invoice:42")
         lease.release()
     assert calls == {"UpdateItem": 2}
+
+
+@pytest.mark.parametrize("path", ["sync", "async"])
+def test_a_clients_first_acquire_reads_the_key_once_before_writing(dynlock, path):
+    """The read's Date tells DynamoDB's clock, so that even a client's first write stamps by
+    it (issue 29); once per client, on the thread and the asyncio path alike."""
+    fresh = other_client(dynlock)
+    sent: list[str] = []
+    fresh.boto.meta.events.register("before-call.dynamodb", lambda model, **kwargs: sent.append(model.name))
+    try:
+        for key in ("first", "second"):
+            lease = fresh.acquire(key) if path == "sync" else asyncio.run(fresh.acquire_async(key))
+            lease.release()
+    finally:
+        fresh.close()
+    assert sent == ["GetItem", "UpdateItem", "UpdateItem", "UpdateItem", "UpdateItem"]
 
 
 def test_lease_handle(dynlock):

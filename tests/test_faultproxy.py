@@ -19,6 +19,7 @@ import pytest
 from botocore.config import Config
 from botocore.exceptions import ClientError, ConnectionClosedError, ReadTimeoutError
 
+from django_dynlock.engine.clock import parse_http_date
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.partitions import Partitions, units_by_key
 from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION, LocalServer, start_moto_server
@@ -223,6 +224,31 @@ def test_reset_sends_rst_and_drop_reply_a_plain_close(proxy: FaultProxy, table: 
     assert isinstance(_send_raw_put(proxy, table), ConnectionResetError)
     proxy.add_fault("drop_reply")
     assert _send_raw_put(proxy, table) == b""
+
+
+def _reply_date(client: Any, table: str) -> float | None:
+    reply = client.get_item(TableName=table, Key=key("a"))
+    return parse_http_date(reply["ResponseMetadata"]["HTTPHeaders"].get("date"))
+
+
+def test_shift_date_and_strip_date_rewrite_the_reply_date(proxy: FaultProxy, client: Any, table: str) -> None:
+    shifted = proxy.add_fault("shift_date", operation="GetItem", date_offset=-60.0)
+    stripped = proxy.add_fault("strip_date", operation="GetItem")
+    before = time.time()
+    moved, missing, plain = (_reply_date(client, table) for _ in range(3))
+    after = time.time()
+    assert moved is not None and before - 61 <= moved <= after - 59, (before, moved)
+    assert missing is None and shifted.fired == stripped.fired == 1
+    assert plain is not None and before - 1 <= plain <= after
+    assert proxy.stats.faults == {"shift_date": 1, "strip_date": 1}
+
+    proxy.set_dates(offset=3600.0)
+    ahead = _reply_date(client, table)
+    assert ahead is not None and before + 3599 <= ahead <= time.time() + 3600
+    proxy.set_dates(strip=True)
+    assert _reply_date(client, table) is None
+    proxy.set_dates()
+    assert _reply_date(client, table) is not None
 
 
 # -- scripted selection ----------------------------------------------------------

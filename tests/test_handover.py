@@ -89,6 +89,23 @@ def test_release_handover_after_the_adopter_released(dynlock):
         worker.close()
 
 
+def test_release_handover_leaves_an_adopted_lease_alone(dynlock):
+    worker, third = other_client(dynlock), other_client(dynlock)
+    try:
+        handover = dynlock.acquire("k").hand_over(keep=10)
+        adopted = worker.adopt(handover, lease=5)
+        # Same owner id, but not the giver's lease any more: a revoke hook must not end it.
+        assert dynlock.release_handover(handover) is False
+        assert adopted.is_held and dynlock.get("k").owner == handover.owner
+        assert third.try_acquire("k") is None
+        # Unless the caller knows the adopter is dead (its process was killed).
+        assert dynlock.release_handover(handover, even_if_adopted=True) is True
+        assert dynlock.get("k") is None
+    finally:
+        worker.close()
+        third.close()
+
+
 @pytest.mark.parametrize(
     "data",
     [{}, {"key": "k", "owner": "o", "token": "x", "seq": "1"}, {"key": "", "owner": "o", "token": "1", "seq": "1"}],

@@ -34,6 +34,7 @@ def acquire(**overrides):
         thread="MainThread",
         holder={"view": "v"},
         takeover_rvn=None,
+        base=1_800_000_000.0,
     )
     return rq.acquire(OPTIONS, "job:1", **{**fields, **overrides})
 
@@ -42,6 +43,11 @@ SHAPES = {
     "acquire": acquire(),
     "acquire, clock known": acquire(earliest=1_799_999_999.5),
     "acquire, taking over a watched holder": acquire(earliest=1_799_999_999.5, takeover_rvn="r0"),
+    "acquire, clock unknown": acquire(base=None),
+    "acquire, no Date": acquire(watch_only=True),
+    "renew, no Date": rq.renew(
+        OPTIONS, "job:1", owner=OWNER, rvn="r2", seq=2, lease_seconds=10.0, stamp=1_800_000_001.0, watch_only=True
+    ),
     "renew": rq.renew(OPTIONS, "job:1", owner=OWNER, rvn="r2", seq=2, lease_seconds=10.0, stamp=1_800_000_001.0),
     "reserve": rq.reserve(OPTIONS, "job:1", owner=OWNER, holder="other"),
     "give up a reservation": rq.give_up_reservation(OPTIONS, "job:1", owner=OWNER),
@@ -79,11 +85,27 @@ def test_acquire_takes_a_free_key_or_its_own_earlier_attempt_only():
 
 
 def test_acquire_stores_the_expiry_and_a_fence_above_every_earlier_one():
-    values = acquire(stamp=1_800_000_000.25, lease_seconds=10.0)["ExpressionAttributeValues"]
+    values = acquire(stamp=1_800_000_000.25, base=1_800_000_000.25, lease_seconds=10.0)["ExpressionAttributeValues"]
     assert values[":expires"] == it.num(1_800_000_010.25)
     assert values[":base"] == it.num(1_800_000_000_250_000)  # the clock in µs, for an item TTL deleted
     assert values[":lease_ms"] == it.num(10_000)
     assert values[":gc"] == it.num(int(1_800_000_010.25 + OPTIONS.retention) + 1)
+
+
+def test_only_dynamodbs_clock_starts_a_fencing_counter():
+    unknown = acquire(base=None)["ConditionExpression"]
+    assert unknown.endswith(") AND attribute_exists(#fence)") and unknown.startswith("(")
+    assert "attribute_exists(#fence)" not in acquire()["ConditionExpression"]
+
+
+def test_without_date_no_expiry_is_stored():
+    for request in (acquire(watch_only=True), SHAPES["renew, no Date"]):
+        assert "#expires_at = " not in request["UpdateExpression"]
+        assert (
+            request["UpdateExpression"].endswith(" #expires_at")
+            and ":expires" not in request["ExpressionAttributeValues"]
+        )
+    assert " REMOVE #released_at, #reserved_by, #expires_at" in acquire(watch_only=True)["UpdateExpression"]
 
 
 def test_renewals_are_ordered_by_their_sequence_number():

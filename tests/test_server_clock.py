@@ -49,12 +49,37 @@ def test_replies_narrow_the_interval_and_it_widens_with_time():
     assert earliest == pytest.approx(1101.5 - 100.5 * DRIFT) and latest == pytest.approx(1102.1 + 100 * DRIFT)
 
 
-def test_a_reply_outside_the_interval_is_a_jump_and_restarts_it(caplog):
+@pytest.mark.parametrize("outlier", [-60.0, +60.0, -2.0, +2.0])
+def test_one_disagreeing_reply_widens_the_interval_and_never_narrows_it(caplog, outlier):
+    """A lone reply from a clock off by ``outlier`` (a front end, an intermediary's Date)
+    may widen the bounds; the holder's latest must not come down nor the taker's earliest go up."""
+    clock = ServerClock()
+    offset = 990.0  # the true server time is monotonic + 990
+    for at in (10.0, 10.6, 11.2, 11.8):  # replies that straddle second boundaries
+        clock.observe(sent=at, received=at + 0.05, date=float(int(at + 0.02 + offset)))
+    earliest, latest = clock.bounds(12.0)
+    assert earliest <= 12.0 + offset <= latest and latest - earliest < 0.7
+    clock.observe(sent=12.0, received=12.05, date=float(int(12.02 + offset + outlier)))
+    assert clock.jumps == 1
+    assert "disagrees by about" in caplog.text
+    after = clock.bounds(12.05)
+    assert after[0] <= earliest + 0.05 and after[1] >= latest + 0.05 - 1e-9, (earliest, latest, after)
+    # The interval covers both the earlier replies and the outlier, and a true reply narrows it again.
+    assert after[0] <= 12.02 + offset + outlier <= after[1]
+    clock.observe(sent=12.4, received=12.45, date=float(int(12.42 + offset)))
+    earliest, latest = clock.bounds(12.45)
+    assert earliest <= 12.45 + offset <= latest and latest - earliest < 1.1
+
+
+def test_a_jump_of_the_servers_clock_is_followed_once_replies_agree(caplog):
     clock = ServerClock()
     clock.observe(sent=10.0, received=10.1, date=1000.0)
     clock.observe(sent=20.0, received=20.1, date=1070.0)  # 60 s more than 10 s can explain
-    assert clock.jumps == 1 and "clock moved by about +60" in caplog.text
-    assert clock.bounds(20.1) == (pytest.approx(1070.0), pytest.approx(1071.0 + 0.1))
+    assert clock.jumps == 1 and "disagrees by about +60" in caplog.text
+    earliest, latest = clock.bounds(20.1)
+    assert earliest < 1011 and latest == pytest.approx(1071.0 + 0.1)  # both, until replies agree
+    clock.observe(sent=20.5, received=20.6, date=1070.0)
+    assert clock.bounds(20.6) == (pytest.approx(1070.0), pytest.approx(1070.0 + 1.0 + 0.1))
 
 
 def test_http_dates():

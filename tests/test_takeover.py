@@ -40,7 +40,17 @@ class Scenario:
         self.dir = tmp_path
         self.children: list[subprocess.Popen] = []
 
-    def start(self, role: str, name: str, *, offset: float = 0.0, seconds: float = 30.0, key: str = "k") -> Path:
+    def start(
+        self,
+        role: str,
+        name: str,
+        *,
+        offset: float = 0.0,
+        seconds: float = 30.0,
+        key: str = "k",
+        endpoint: str | None = None,
+        lease: float = LEASE,
+    ) -> Path:
         report = self.dir / f"{name}.txt"
         report.touch()
         child = subprocess.Popen(
@@ -49,10 +59,10 @@ class Scenario:
                 "-m",
                 "tests.support.takeover_child",
                 role,
-                self.endpoint,
+                endpoint or self.endpoint,
                 self.table,
                 key,
-                str(LEASE),
+                str(lease),
                 str(offset),
                 str(report),
                 str(seconds),
@@ -67,8 +77,8 @@ class Scenario:
         self.children[-1].wait(60)
         return lines(report)
 
-    def holder(self, *, offset: float = 0.0) -> tuple[subprocess.Popen, Path]:
-        report = self.start("hold", "holder", offset=offset, seconds=60)
+    def holder(self, *, offset: float = 0.0, endpoint: str | None = None) -> tuple[subprocess.Popen, Path]:
+        report = self.start("hold", "holder", offset=offset, seconds=60, endpoint=endpoint)
         wait_for(lambda: any(w[0] == "WROTE" for w in lines(report)[1:]), 60, "the holder to renew once")
         return self.children[-1], report
 

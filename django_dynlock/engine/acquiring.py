@@ -12,7 +12,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -24,6 +23,7 @@ from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
 from . import steps
+from .clock import monotonic
 from .failures import is_throttling
 from .holding import Holding
 from .lease import Lease
@@ -68,7 +68,7 @@ class Acquiring(Holding):
         *,
         single: bool,
     ) -> Lease:
-        started = time.monotonic()
+        started = monotonic()
         try:
             if not self._keylocks.enter(stored, wait):
                 # Held (or being acquired) by another thread of this process: its lease
@@ -78,7 +78,7 @@ class Acquiring(Holding):
                     key,
                     holder=local,
                     retry_after=local.lease_seconds if local else None,
-                    waited=time.monotonic() - started,
+                    waited=monotonic() - started,
                 )
             try:
                 lease = self._acquire_remote(key, stored, Terms(started + wait, lease_seconds, holder), single=single)
@@ -88,7 +88,7 @@ class Acquiring(Holding):
         except LockNotAcquired as busy:
             self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease, waited=time.monotonic() - started)
+        self._start_holding(lease, waited=monotonic() - started)
         return lease
 
     async def _acquire_async(
@@ -105,7 +105,7 @@ class Acquiring(Holding):
         this path exists to avoid): a coroutine that finds it taken sleeps until the
         gate is left, or its wait is over.
         """
-        started = time.monotonic()
+        started = monotonic()
         give_up_at = started + wait
         loop = asyncio.get_running_loop()
         try:
@@ -136,13 +136,13 @@ class Acquiring(Holding):
         except LockNotAcquired as busy:
             self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease, waited=time.monotonic() - started)
+        self._start_holding(lease, waited=monotonic() - started)
         return lease
 
     async def _enter_gate_async(self, key: str, stored: str, started: float, give_up_at: float) -> None:
         loop = asyncio.get_running_loop()
         while not self._keylocks.enter(stored, 0):
-            now = time.monotonic()
+            now = monotonic()
             if now >= give_up_at:
                 local = self._local_holder(stored)
                 raise LockNotAcquired(
@@ -198,7 +198,9 @@ class Acquiring(Holding):
         # expiry past by DynamoDB's clock, or its rvn unchanged for a whole lease. In
         # between it watches with consistent reads: a read costs a fifth of a write, is
         # cheaper for the server to answer, and leaves the holder's own writes unqueued.
-        began = time.monotonic()
+        began = monotonic()
+        if self._clock_unread():
+            yield Send(functools.partial(self._read_clock, stored))  # see _learn_clock
         watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
         tries = 0
@@ -216,20 +218,20 @@ class Acquiring(Holding):
         last_holder: str | None = None
         handoffs = 0  # holders that followed one another while we waited: Retry-After's estimate
         while True:
-            due = self._waiting.takeover_in(last_item, watch, time.monotonic())
+            due = self._waiting.takeover_in(last_item, watch, monotonic())
             if due is not None and due <= 0:
                 write = True
             error: DynLockError | None = None
             # How we learn what the key holds now: a read to send, or an item at hand.
             look: Callable[[], dict[str, Any] | None] | None = None
             seen: dict[str, Any] | None | object = UNSEEN
-            looked_at = time.monotonic()
+            looked_at = monotonic()
             clock_was_known = self.clock.known
             if write:
                 attempt.seq += 1
                 takeover = watch.takeover_rvn(looked_at) if watch is not None else None
                 params, expires = self._acquire_request(stored, attempt, terms, takeover)
-                sent = time.monotonic()
+                sent = monotonic()
                 try:
                     reply = yield Send(
                         functools.partial(
@@ -248,7 +250,7 @@ class Acquiring(Holding):
                     seen_busy = True  # the condition failed: the key is not ours to take now
                     # Past the wait, only the first attempt's read: ``wait`` is a bound.
                     seen = self._store.old_item(exc, stored, read=False)
-                    read = (not single or not self.clock.known) and (tries == 0 or time.monotonic() < terms.give_up_at)
+                    read = (not single or not self.clock.known) and (tries == 0 or monotonic() < terms.give_up_at)
                     if seen is None and read:
                         look = functools.partial(self._store.old_item, exc, stored, attempts=1)
                 except DynLockError as exc:
@@ -271,7 +273,7 @@ class Acquiring(Holding):
                         # about a lease. Never hand out a lease that has already ended: write
                         # again (it recognises itself and starts a fresh lease), once at once.
                         attempt.ambiguous = True
-                        if not stale and (tries == 0 or time.monotonic() < terms.give_up_at):
+                        if not stale and (tries == 0 or monotonic() < terms.give_up_at):
                             stale = True
                             continue
                         error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
@@ -294,7 +296,7 @@ class Acquiring(Holding):
                         seen_busy = seen_busy or bool(
                             item and item.get(it.OWNER, {}).get("S") not in (None, attempt.owner)
                         )
-                        watch = self._waiting.observe(watch, item, time.monotonic(), attempt.owner)
+                        watch = self._waiting.observe(watch, item, monotonic(), attempt.owner)
                         self._waiting.remember(stored, watch)
                         if watch is not None and watch.holder is not None:
                             if last_holder is not None and watch.holder != last_holder:
@@ -312,7 +314,7 @@ class Acquiring(Holding):
                             attempt.reserved = yield Send(
                                 functools.partial(self._reserve, stored, attempt.owner, item[it.OWNER]["S"])
                             )
-            now = time.monotonic()
+            now = monotonic()
             if (
                 write
                 and not clock_was_known
@@ -361,9 +363,9 @@ class Acquiring(Holding):
             )
             tries += 1
             yield Sleep(delay)
-            if throttled and time.monotonic() >= terms.give_up_at:
+            if throttled and monotonic() >= terms.give_up_at:
                 # DynamoDB asked us to back off until past the wait: no look at its end.
-                raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, time.monotonic() - began)
+                raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, monotonic() - began)
 
     def _gave_up(
         self,
@@ -396,7 +398,7 @@ class Acquiring(Holding):
     ) -> tuple[dict[str, Any], float]:
         """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
         _ = self._store.boto  # built before the stamp is taken: building it takes a while the first time
-        at = time.monotonic()
+        at = monotonic()
         stamp = self._stamp(at)
         params = rq.acquire(
             self.options,
@@ -413,6 +415,8 @@ class Acquiring(Holding):
             thread=threading.current_thread().name,
             holder=terms.holder,
             takeover_rvn=takeover_rvn,
+            base=self._fence_base(stamp),
+            watch_only=self._watch_only(),
         )
         return params, stamp + terms.lease_seconds
 
@@ -457,10 +461,13 @@ class Acquiring(Holding):
         """
         latest = self.clock.latest(sent)
         if latest is None:
-            return True, None
-        ahead = expires - (latest + lease.lease_seconds)
-        if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
-            return True, None
+            if not self._watch_only():
+                return True, None
+            ahead = 0.0  # no Date in the reply either: store no expiry, not the wall clock's
+        else:
+            ahead = expires - (latest + lease.lease_seconds)
+            if ahead <= 0 and lease.remaining() >= lease.lease_seconds / 2:
+                return True, None
         if abs(ahead) > CLOCK_WARNING:
             logger.warning(
                 "this host's wall clock is about %+.0fs off DynamoDB's: lock expiries are stamped by DynamoDB's clock",

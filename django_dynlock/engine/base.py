@@ -19,8 +19,11 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
-from ..exceptions import ClientClosed
-from .clock import DRIFT, ServerClock
+from botocore.exceptions import ClientError
+
+from ..exceptions import ClientClosed, DynLockError
+from . import requests as rq
+from .clock import DRIFT, ServerClock, monotonic
 from .executors import Executors
 from .failures import safe_endpoint
 from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
@@ -65,6 +68,7 @@ class ClientBase:
         self._pid = os.getpid()
         self.client_id = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
         self._lock = threading.Lock()
+        self._clock_read = False  # whether _learn_clock has asked in this process
         self._keylocks = KeyLocks()
         self._held: set[Lease] = set()
         self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
@@ -159,6 +163,61 @@ class ClientBase:
         self._keylocks.leave(lease.stored_key)
         self._heartbeater.discard(lease)
 
+    def _learn_clock(self, stored: str) -> None:
+        """Before a client's first write: one read, whose reply's Date tells DynamoDB's clock.
+
+        So that the first write, like every later one, takes its expiry and the base of a
+        new fencing counter from DynamoDB's clock, not this host's (a clock a minute slow
+        stored an expiry a taker trusted, and started a counter below tokens already
+        issued). Half a read unit, once per client and process. The acquire loops
+        (acquire's and acquire_many's) ask ``_clock_unread`` and send ``_read_clock`` as
+        one of their steps, so that their async forms read too; adopt calls this.
+        """
+        if self._clock_unread():
+            self._read_clock(stored)
+
+    def _clock_unread(self) -> bool:
+        """Whether a first write must read the clock first; true once per client and process."""
+        with self._lock:
+            if self.clock.replies or self._clock_read:
+                return False
+            self._clock_read = True
+            return True
+
+    def _read_clock(self, stored: str) -> None:
+        """The read of ``_learn_clock``. Best effort: if it fails, the write goes without
+        (see requests.acquire, and _restamp in acquiring.py)."""
+        try:
+            self._store.call(
+                "get_item",
+                "learn DynamoDB's clock",
+                attempts=1,
+                Key=rq.key(self.options, stored),
+                ProjectionExpression="#k",
+                ExpressionAttributeNames={"#k": self.options.key_attribute},
+            )
+        except (DynLockError, ClientError) as exc:
+            logger.debug("could not read DynamoDB's clock before a first write: %s", exc)
+
+    def _watch_only(self) -> bool:
+        """Whether writes store no expiry: DynamoDB's replies carry no Date, so nothing tells its
+        clock, and this host's wall clock must not decide when a taker may take a lease."""
+        if not self.clock.dateless:
+            return False
+        self._store.say_once(
+            "no-date",
+            "replies of DynamoDB server at %s carry no Date header: lock expiries are not stored, "
+            "and a dead holder's key is taken over only by a waiter that watches it unchanged for a whole lease",
+            safe_endpoint(self.options.endpoint_url),
+        )
+        return True
+
+    def _fence_base(self, stamp: float) -> float | None:
+        """The base of a new fencing counter: the stamp when it is DynamoDB's clock; None while
+        that clock is unknown (the write then continues an existing counter only). A server
+        without Date headers leaves only this host's wall clock (docs/protocol.md, known limits)."""
+        return stamp if self.clock.known or self.clock.dateless else None
+
     def _stamp(self, at: float) -> float:
         """The time a write sent at monotonic ``at`` stamps into the item.
 
@@ -176,7 +235,7 @@ class ClientBase:
         could reach the stored expiry, which is when takers may take the key.
         """
         end = sent + lease_seconds
-        now = time.monotonic()
+        now = monotonic()
         latest = self.clock.latest(now)
         if latest is not None:
             end = min(end, now + (expires - latest) / (1.0 + DRIFT))

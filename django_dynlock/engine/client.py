@@ -189,14 +189,18 @@ class LockClient(MultiKey, Breaking, HandingOver):
         self._check_open()
         return self._adopt(handover, self._lease_seconds(lease))
 
-    def release_handover(self, handover: Handover) -> bool:
-        """End a handed-over lease without adopting it (one write), e.g. for a task that
+    def release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
+        """End a handed-over lease that nobody adopted (one write), e.g. for a task that
         will never run. True once that lease is released (by this call, or before by
         whoever held it under the handover); False if it ended otherwise (broken, or
-        taken over after its expiry): a later holder's lease is never touched.
+        taken over after its expiry) or a process adopted it and holds it: a later
+        holder's lease, and an adopter's, are never touched.
+
+        ``even_if_adopted=True`` also ends an adopter's lease: only for an adopter known
+        to be dead (its process was killed), which can neither renew nor release it.
         """
         self._check_open()
-        return self._release_handover(handover)
+        return self._release_handover(handover, even_if_adopted=even_if_adopted)
 
     def server_time(self) -> float:
         """DynamoDB's clock now (epoch seconds), as this client estimates it from its replies."""

@@ -11,8 +11,10 @@ request sent at ``s`` and answered at ``r`` on this process' monotonic clock, wi
 Each reply narrows the interval that the earlier ones left; replies that straddle a
 second boundary narrow it to about one round trip. Between replies the bounds widen
 by ``DRIFT`` per second, for the rates of the two clocks may differ a little. A
-reply outside the interval means the server's clock jumped: the interval starts
-again from that reply alone.
+reply outside the interval means the server's clock jumped, or that this reply (or
+the earlier ones) came from a front end or an intermediary with another clock: the
+interval widens to cover both, and later replies narrow it again. One reply never
+moves a bound inwards past what the others allow.
 
 The holder writes its expiry with the upper bound and stops trusting its lease
 before the server's clock can reach it; a taker compares the stored expiry with
@@ -32,6 +34,17 @@ logger = logging.getLogger("django_dynlock")
 # How fast the bounds widen between replies (seconds per second): ten times the worst
 # rate error of a clock that NTP steers (it slews at most 500 ppm).
 DRIFT = 5e-3
+
+
+def monotonic() -> float:
+    """The engine's clock for leases, timeouts and the offset below: seconds that never go
+    back, and that count the time the host spent suspended where the platform has such a
+    clock (``CLOCK_BOOTTIME`` on Linux). ``time.monotonic()`` stops while a host sleeps, so a
+    holder resumed after a suspend longer than its lease would still trust it while others
+    took the key; elsewhere it is all there is.
+    """
+    boottime = getattr(time, "CLOCK_BOOTTIME", None)  # looked up at each call: tests replace `time`
+    return time.monotonic() if boottime is None else time.clock_gettime(boottime)
 
 
 def parse_http_date(value: str | None) -> float | None:
@@ -66,13 +79,21 @@ class ServerClock:
         self._low: tuple[float, float] | None = None
         self._high: tuple[float, float] | None = None
         self.jumps = 0
+        self.replies = 0  # replies taken in, with or without a Date
 
     @property
     def known(self) -> bool:
         return self._low is not None
 
+    @property
+    def dateless(self) -> bool:
+        """Replies came, and none carried a Date: the server's clock cannot be learnt."""
+        return self.replies > 0 and self._low is None
+
     def observe(self, sent: float, received: float, date: float | None) -> None:
         """Take in one reply: sent and received on the monotonic clock, its Date in epoch seconds."""
+        with self._lock:
+            self.replies += 1
         if date is None or received < sent:
             return
         low, high = date - received, date + 1.0 - sent
@@ -82,13 +103,21 @@ class ServerClock:
                 return
             cur_low, cur_high = self._offset_bounds(received)
             if low >= cur_high or high <= cur_low:
-                # The server's clock moved against ours by more than the interval allows.
+                # This reply and the earlier ones cannot all be right: the server's clock
+                # jumped, or one reply came from a front end or an intermediary whose
+                # clock is off. Which one is wrong we cannot tell, so keep both: the
+                # interval widens to cover them, never narrows on one reply's word (a
+                # holder's expiry stamped early, or a taker's earliest moved late, would
+                # let two hold the key). Agreeing replies narrow it again as usual.
                 self.jumps += 1
                 moved = (low + high) / 2 - (cur_low + cur_high) / 2
                 logger.warning(
-                    "%s's clock moved by about %+.1fs against this host's monotonic clock", self._describe, moved
+                    "%s's clock disagrees by about %+.1fs with its earlier replies: "
+                    "the uncertainty of lock expiries widens to cover both",
+                    self._describe,
+                    moved,
                 )
-                self._low, self._high = (low, received), (high, received)
+                self._low, self._high = (min(cur_low, low), received), (max(cur_high, high), received)
                 return
             self._low = (max(cur_low, low), received)
             self._high = (min(cur_high, high), received)
@@ -101,7 +130,7 @@ class ServerClock:
 
     def bounds(self, at: float | None = None) -> tuple[float, float] | None:
         """(earliest, latest) the server's clock can read at monotonic time ``at`` (default: now)."""
-        at = time.monotonic() if at is None else at
+        at = monotonic() if at is None else at
         with self._lock:
             if self._low is None:
                 return None
@@ -131,5 +160,5 @@ class ServerClock:
     def fresh_copy(self) -> ServerClock:
         """The same bounds behind a new lock (for a forked child: a parent thread may hold the old one)."""
         copy = ServerClock(describe=self._describe)
-        copy._low, copy._high, copy.jumps = self._low, self._high, self.jumps
+        copy._low, copy._high, copy.jumps, copy.replies = self._low, self._high, self.jumps, self.replies
         return copy

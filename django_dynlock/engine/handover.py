@@ -17,7 +17,6 @@ import logging
 import os
 import socket
 import threading
-import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from botocore.exceptions import ClientError
 from ..exceptions import InvalidArgument, LockLost, LockNotAcquired
 from . import items as it
 from . import requests as rq
+from .clock import monotonic
 from .holding import Holding
 from .lease import Lease
 
@@ -77,7 +77,7 @@ class HandingOver(Holding):
             # From here on this process neither renews nor releases it.
             lease.upkeep.mark_released()
         self._stop_holding(lease)
-        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
         return handover
 
     def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
@@ -96,7 +96,9 @@ class HandingOver(Holding):
     def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
         seq = handover.seq + 1
         rvn = uuid.uuid4().hex
-        sent = time.monotonic()
+        self._learn_clock(stored)
+        clock_was_known = self.clock.known
+        sent = monotonic()
         stamp = self._stamp(sent)
         request = rq.adopt(
             self.options,
@@ -111,6 +113,7 @@ class HandingOver(Holding):
             host=socket.gethostname(),
             pid=os.getpid(),
             thread=threading.current_thread().name,
+            watch_only=self._watch_only(),
         )
         try:
             reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
@@ -121,7 +124,7 @@ class HandingOver(Holding):
             if not (item.get(it.OWNER, {}).get("S") == handover.owner and item.get(it.RVN, {}).get("S") == rvn):
                 raise self._not_adopted(handover, item) from None
         info = self._info(item)
-        return Lease(
+        lease = Lease(
             self._as_client,
             key=handover.key,
             stored_key=stored,
@@ -133,6 +136,18 @@ class HandingOver(Holding):
             seq=seq,
             holder=dict(info.holder) if info is not None else None,
         )
+        if clock_was_known and lease.is_held:
+            return lease
+        # Stamped by this host's wall clock (the read before it got no answer), or the reply
+        # came too late to use: one renewal by DynamoDB's clock, as acquire restamps. A
+        # lease that ended before it could be handed out is never returned.
+        with lease.upkeep.renew_lock:
+            applied, now_item = self._renew_write(lease, lease_seconds)
+        if not applied:
+            raise self._not_adopted(handover, now_item or {})
+        if not lease.is_held:
+            raise LockLost(handover.key, handover.token, "expired", "adopted, but too late to use")
+        return lease
 
     def _not_adopted(self, handover: Handover, item: Mapping[str, Any]) -> LockLost:
         info = self._info(item)
@@ -146,19 +161,22 @@ class HandingOver(Holding):
         detail = f"now held with token {info.token}" if info is not None and info.owner else "the lock item is gone"
         return LockLost(handover.key, handover.token, "taken", detail)
 
-    def _release_handover(self, handover: Handover) -> bool:
+    def _release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
         stored = self.options.prefixed(handover.key)
         try:
             self._store.call(
                 "update_item",
                 "release a handed-over lease",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **self._release_request(stored, handover.owner, handover.token),
+                **self._release_request(
+                    stored, handover.owner, handover.token, handed_seq=None if even_if_adopted else handover.seq
+                ),
             )
         except ClientError as exc:
             item = self._store.old_item(exc, stored)
             slot, tag = it.release_slot(handover.owner)
-            # Released under this owner id already: by an adopter, or by an earlier try of ours.
+            # Released under this owner id already: by an adopter, or by an earlier try of
+            # ours. Still held under it with a later seq: adopted, and the adopter's.
             return bool(
                 item
                 and (

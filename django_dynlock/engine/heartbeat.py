@@ -14,9 +14,10 @@ import itertools
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Generic, TypeVar
+
+from .clock import monotonic
 
 if TYPE_CHECKING:
     from .lease import Lease
@@ -70,7 +71,7 @@ class _Timeline(Generic[T]):
     def _next(self) -> T | None:
         with self._cond:
             while not self._stopping:
-                now = time.monotonic()
+                now = monotonic()
                 if self._heap and self._heap[0][0] <= now:
                     due, _, item = heapq.heappop(self._heap)
                     if self._current(due, item):
@@ -104,7 +105,7 @@ class Heartbeater(_Timeline["Lease"]):
         self._alarms = Alarms(name + "-alarms")  # our prefix: see THREAD_NAME_PREFIX
 
     def add(self, lease: Lease, period: float) -> None:
-        self.schedule(lease, time.monotonic() + period * random.uniform(0.8, 1.0))
+        self.schedule(lease, monotonic() + period * random.uniform(0.8, 1.0))
 
     def schedule(self, lease: Lease, due: float) -> None:
         with self._cond:
@@ -146,7 +147,7 @@ class Heartbeater(_Timeline["Lease"]):
             logger.exception("heartbeat of %r failed unexpectedly", item)
             delay = 0.5
         if delay is not None:
-            self.schedule(item, time.monotonic() + delay)
+            self.schedule(item, monotonic() + delay)
 
 
 class Alarms(_Timeline[Callable[[], None]]):

@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import time
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -16,6 +15,7 @@ from ..exceptions import DynLockError, LockLost
 from . import items as it
 from . import requests as rq
 from .base import ClientBase
+from .clock import monotonic
 from .lease import Lease, LeaseState
 from .options import call_budget, check_seconds
 from .text import printable
@@ -43,7 +43,7 @@ class Holding(ClientBase):
         ``lease.upkeep.renew_lock``: renewals of one lease go out one at a time.
         """
         seq = lease.upkeep.seq = lease.upkeep.seq + 1
-        sent = time.monotonic()
+        sent = monotonic()
         stamp = self._stamp(sent)
         expires = stamp + lease_seconds
         try:
@@ -55,6 +55,7 @@ class Holding(ClientBase):
                 seq=seq,
                 lease_seconds=lease_seconds,
                 stamp=stamp,
+                watch_only=self._watch_only(),
             )
             self._store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
         except ClientError as exc:
@@ -71,7 +72,7 @@ class Holding(ClientBase):
         """How long a throttled renewal keeps asking before the lease is at risk: a third
         of what is left of its validity, at most RENEWAL_PATIENCE (the heartbeat thread
         renews the client's other leases too)."""
-        return max(0.0, min(RENEWAL_PATIENCE, (lease.valid_until - time.monotonic()) / 3))
+        return max(0.0, min(RENEWAL_PATIENCE, (lease.valid_until - monotonic()) / 3))
 
     def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
         """One renewal; raises LockLost if the lease is gone, DynLockError on failure."""
@@ -121,7 +122,7 @@ class Holding(ClientBase):
         # acquire takes the key once its expiry has passed by DynamoDB's clock.
         lease.upkeep.mark_released()
         self._stop_holding(lease)
-        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
 
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
@@ -132,7 +133,7 @@ class Holding(ClientBase):
         if not lease.needs_renewal or self._closed:
             return None
         period = self._period(lease.lease_seconds)
-        if time.monotonic() >= lease.valid_until:
+        if monotonic() >= lease.valid_until:
             self._lose(lease, "expired", EXPIRED)
             return None
         self._lose_on_time(lease)
@@ -163,7 +164,7 @@ class Holding(ClientBase):
         lease at risk, and the renewals of a short lease.
         """
         end = lease.valid_until
-        left = end - time.monotonic()
+        left = end - monotonic()
         longest = call_budget(self.options.client_config) + self._renewal_patience(lease)
         if left > longest or lease.upkeep.watched_end == end:
             return
@@ -172,11 +173,11 @@ class Holding(ClientBase):
 
     def _lose_if_ended(self, lease: Lease, end: float) -> None:
         # A renewal that succeeded meanwhile moved the end: nothing was lost.
-        if lease.needs_renewal and lease.valid_until == end and time.monotonic() >= end and not self._closed:
+        if lease.needs_renewal and lease.valid_until == end and monotonic() >= end and not self._closed:
             self._lose(lease, "expired", EXPIRED)
 
     def _retry_delay(self, lease: Lease) -> float:
-        left = max(0.0, lease.valid_until - time.monotonic())
+        left = max(0.0, lease.valid_until - monotonic())
         return max(self.options.min_retry_delay, min(self._period(lease.lease_seconds) / 3, left / 3))
 
     def _release(self, lease: Lease) -> None:
@@ -200,7 +201,7 @@ class Holding(ClientBase):
         finally:
             lease.upkeep.mark_released()
             self._stop_holding(lease)
-        self._emit("released", lease, held=time.monotonic() - lease.acquired_monotonic)
+        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
 
     def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
         """The release write. On success the item keeps its fence and loses its owner.
@@ -229,10 +230,14 @@ class Holding(ClientBase):
                 return
             if self._released_by_us(lease, item):
                 return
-            if quiet:
-                self._disown(lease)  # taken or broken meanwhile
-                return
             reason, detail = self._why_not_ours(lease, item)
+            if quiet:
+                # Taken or broken meanwhile: release() had returned, so this is the holder's
+                # only word of it (docs/protocol.md, "Release").
+                logger.warning("%r ended before its release got through: %s; %s", lease, reason, detail)
+                self._emit("lost", lease, reason=reason)
+                self._disown(lease)
+                return
             self._lose(lease, reason, detail)
             raise lease.upkeep.lost or LockLost(lease.key, lease.token, reason, detail) from None
         except DynLockError as exc:
@@ -260,10 +265,14 @@ class Holding(ClientBase):
             or it.in_ring(item, tag)
         )
 
-    def _release_request(self, stored: str, owner: str, fence: int | None = None) -> dict[str, Any]:
+    def _release_request(
+        self, stored: str, owner: str, fence: int | None = None, *, handed_seq: int | None = None
+    ) -> dict[str, Any]:
         """The release write of ``owner`` (see requests.release)."""
         now = self.clock.now()
-        return rq.release(self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now)
+        return rq.release(
+            self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now, handed_seq=handed_seq
+        )
 
     def _release_later(self, lease: Lease) -> None:
         """Have the heartbeat thread try a failed release again, until it is confirmed.
@@ -273,7 +282,7 @@ class Holding(ClientBase):
         retries stop. Without them the key would stay held until its expiry passed.
         Bounded by RELEASE_RETRY_FOR, with a backoff up to the heartbeat period.
         """
-        now = time.monotonic()
+        now = monotonic()
         if lease.upkeep.release_since is None:
             lease.upkeep.release_since = now
         if self._closed or now - lease.upkeep.release_since >= RELEASE_RETRY_FOR:

@@ -14,12 +14,12 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-import time
 from collections.abc import Iterator
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Self
 
 from ..exceptions import DynLockError, LockLost
+from .clock import monotonic
 from .items import LeaseInfo
 
 if TYPE_CHECKING:
@@ -107,12 +107,12 @@ class Lease(_ReleasedOnExit):
     # -- local view, no network ------------------------------------------------
     @property
     def valid_until(self) -> float:
-        """The monotonic time (``time.monotonic()``) at which this holder must stop."""
+        """The monotonic time (``monotonic()``) at which this holder must stop."""
         return self._valid_until
 
     @property
     def state(self) -> LeaseState:
-        if self._state in (LeaseState.HELD, LeaseState.AT_RISK) and time.monotonic() >= self._valid_until:
+        if self._state in (LeaseState.HELD, LeaseState.AT_RISK) and monotonic() >= self._valid_until:
             return LeaseState.LOST
         return self._state
 
@@ -125,7 +125,7 @@ class Lease(_ReleasedOnExit):
         """Seconds this holder may still act (0.0 once lost or released)."""
         if not self.is_held:
             return 0.0
-        return max(0.0, self._valid_until - time.monotonic())
+        return max(0.0, self._valid_until - monotonic())
 
     def raise_if_lost(self) -> None:
         """Raise :class:`LockLost` unless this holder may still act. Call it before a side effect."""

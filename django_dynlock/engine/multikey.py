@@ -22,6 +22,7 @@ from . import items as it
 from . import requests as rq
 from . import steps
 from .acquiring import Acquiring, Terms
+from .clock import monotonic
 from .failures import error_code, is_throttling, safe_endpoint
 from .lease import Lease, LeaseGroup
 from .steps import Send, Sleep, Steps
@@ -54,17 +55,17 @@ class MultiKey(Acquiring):
         self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
     ) -> LeaseGroup:
         """acquire_many() after its arguments were checked: ``by_stored`` maps stored keys to keys."""
-        started = time.monotonic()
+        started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
         entered: list[str] = []
         try:
             for stored in ordered:
-                if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - time.monotonic())):
+                if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - monotonic())):
                     raise LockNotAcquired(
                         by_stored[stored],
                         holder=self._local_holder(stored),
-                        waited=time.monotonic() - started,
+                        waited=monotonic() - started,
                         keys=tuple(by_stored.values()),
                     )
                 entered.append(stored)
@@ -78,7 +79,7 @@ class MultiKey(Acquiring):
             self._leave_all(entered, error)
             raise
         for one in leases:
-            self._start_holding(one, waited=time.monotonic() - started)
+            self._start_holding(one, waited=monotonic() - started)
         return LeaseGroup(self._as_client, leases)
 
     async def _acquire_all_async(
@@ -86,7 +87,7 @@ class MultiKey(Acquiring):
     ) -> LeaseGroup:
         """``_acquire_all`` for asyncio: the same steps, driven by ``steps.run_async``; the
         in-process gates are waited on without a thread (``_enter_gate_async``)."""
-        started = time.monotonic()
+        started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)
         loop = asyncio.get_running_loop()
@@ -120,7 +121,7 @@ class MultiKey(Acquiring):
             self._leave_all(entered, error)
             raise
         for one in leases:
-            self._start_holding(one, waited=time.monotonic() - started)
+            self._start_holding(one, waited=monotonic() - started)
         return LeaseGroup(self._as_client, leases)
 
     def _leave_all(self, entered: list[str], error: BaseException) -> None:
@@ -138,6 +139,8 @@ class MultiKey(Acquiring):
     def _acquire_all_steps(
         self, by_stored: dict[str, str], ordered: list[str], terms: Terms, progress: Progress
     ) -> Steps[list[Lease]]:
+        if self._clock_unread():
+            yield Send(functools.partial(self._read_clock, ordered[0]))  # see _learn_clock
         if self._store.has_transactions is not False and len(ordered) > 1:
             attempt = Attempt(owner=self._new_owner())
             progress.attempts = [(stored, attempt) for stored in ordered]
@@ -162,7 +165,7 @@ class MultiKey(Acquiring):
         lasts: a group is only handed out while every lease in it holds. The driver
         gives back ``progress.leases`` if this ends early.
         """
-        started = time.monotonic()
+        started = monotonic()
         while True:
             progress.leases = []
             for stored in ordered:
@@ -175,7 +178,7 @@ class MultiKey(Acquiring):
                         busy.key,
                         holder=busy.holder,
                         retry_after=busy.retry_after,
-                        waited=time.monotonic() - started,
+                        waited=monotonic() - started,
                         keys=tuple(by_stored.values()),
                     ) from None
                 progress.attempts = []
@@ -188,7 +191,7 @@ class MultiKey(Acquiring):
                 return progress.leases
             leases, progress.leases = progress.leases, []
             yield Send(functools.partial(self._give_back, leases))
-            now = time.monotonic()
+            now = monotonic()
             if now >= terms.give_up_at:
                 item = yield Send(functools.partial(self._store.get_item, lost[0].stored_key))
                 info = self._info(item)
@@ -221,9 +224,9 @@ class MultiKey(Acquiring):
         tries = 0
         throttled = 0  # transactions in a row that DynamoDB throttled
         rechecked = False
-        started = time.monotonic()
+        started = monotonic()
         while True:
-            now = time.monotonic()
+            now = monotonic()
             clock_was_known = self.clock.known
             attempt.seq += 1
             updates = []
@@ -234,7 +237,7 @@ class MultiKey(Acquiring):
                 request, expires = self._acquire_request(stored, attempt, terms, takeover)
                 updates.append({"Update": {"TableName": self.options.table_name, **request}})
                 expiries.append(expires)
-            sent = time.monotonic()
+            sent = monotonic()
             error: DynLockError | None = None
             busy: str | None = None
             try:
@@ -257,7 +260,7 @@ class MultiKey(Acquiring):
                         raise error from exc
                 else:
                     reasons = exc.response.get("CancellationReasons") or []
-                    received = time.monotonic()
+                    received = monotonic()
                     for stored, reason in zip(ordered, reasons):
                         if reason.get("Code") == "ConditionalCheckFailed":
                             item = reason.get("Item")
@@ -299,7 +302,7 @@ class MultiKey(Acquiring):
                     rechecked = True
                     continue
                 error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
-            now = time.monotonic()
+            now = monotonic()
             if now >= terms.give_up_at:
                 if busy is not None:
                     # What the last transaction saw: a read now could outlast the wait.

@@ -37,6 +37,16 @@ def gc_at(options: ClientOptions, now: float, lease_seconds: float = 0.0) -> dic
     return it.num(int(now + lease_seconds + options.retention) + 1)
 
 
+def _expiry(update: str, watch_only: bool) -> str:
+    """``update`` (which sets ``#expires_at``) storing no expiry instead, when ``watch_only``:
+    a holder that cannot learn DynamoDB's clock (its replies carry no Date) leaves its
+    lease to takeover by the clock-free watch alone, for its wall clock must not decide."""
+    if not watch_only:
+        return update
+    update = update.replace("#expires_at = :expires, ", "")
+    return update + (", #expires_at" if " REMOVE " in update else " REMOVE #expires_at")
+
+
 def acquire(
     options: ClientOptions,
     stored: str,
@@ -53,10 +63,15 @@ def acquire(
     thread: str,
     holder: Mapping[str, Any] | None,
     takeover_rvn: str | None,
+    base: float | None,
+    watch_only: bool = False,
 ) -> Request:
     """One acquire attempt (also an item of a transaction); it stores ``stamp + lease_seconds``
-    as the expiry. ``earliest`` is the earliest DynamoDB's clock can read now (None while
-    unknown); ``takeover_rvn`` the holder's record version a waiter watched for a whole lease."""
+    as the expiry (none when ``watch_only``). ``earliest`` is the earliest DynamoDB's clock
+    can read now (None while unknown); ``takeover_rvn`` the holder's record version a waiter
+    watched for a whole lease. ``base`` starts the fencing counter of a key without an item:
+    the latest DynamoDB's clock can read; None while that is unknown, and then the attempt
+    applies only to an existing item (whose counter it continues)."""
     all_names = names(
         it.OWNER,
         it.RVN,
@@ -93,7 +108,7 @@ def acquire(
         # The latest DynamoDB's clock can read is never behind it, and an earlier
         # base was at most its writer's uncertainty ahead: TTL deletes an item no
         # sooner than a lease + RETENTION after its last write, far more than that.
-        ":base": it.num(int(stamp * 1_000_000)),
+        ":base": it.num(int((stamp if base is None else base) * 1_000_000)),  # unused when None: see below
         ":one": it.num(1),
         ":tag": {"S": tag},
         ":ring0": it.EMPTY_RING,
@@ -122,13 +137,20 @@ def acquire(
         # The holder's expiry has passed, even by the earliest DynamoDB's clock can read.
         condition += " OR (attribute_exists(#owner) AND #expires_at < :earliest)"
         values[":earliest"] = it.num(earliest)
+    if base is None:
+        # A new counter from a host's wall clock could start below tokens already issued
+        # (a slow clock, after TTL deleted the item): only DynamoDB's clock may start one.
+        condition = f"({condition}) AND attribute_exists(#fence)"
+    if watch_only:
+        del values[":expires"]
     return {
         "Key": key(options, stored),
-        "UpdateExpression": (
+        "UpdateExpression": _expiry(
             "SET #owner = :me, #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, "
             "#acquired_at = :now, #host = :host, #pid = :pid, #thread = :thread, #holder = :holder, "
             "#gc = :gc, #fence = if_not_exists(#fence, :base) + :one, #ring = if_not_exists(#ring, :ring0) "
-            "REMOVE #released_at, #reserved_by"
+            "REMOVE #released_at, #reserved_by",
+            watch_only,
         ),
         "ConditionExpression": condition,
         "ExpressionAttributeNames": all_names,
@@ -138,12 +160,22 @@ def acquire(
 
 
 def renew(
-    options: ClientOptions, stored: str, *, owner: str, rvn: str, seq: int, lease_seconds: float, stamp: float
+    options: ClientOptions,
+    stored: str,
+    *,
+    owner: str,
+    rvn: str,
+    seq: int,
+    lease_seconds: float,
+    stamp: float,
+    watch_only: bool = False,
 ) -> Request:
-    """One renewal: the expiry becomes ``stamp + lease_seconds``."""
-    return {
+    """One renewal: the expiry becomes ``stamp + lease_seconds`` (none when ``watch_only``)."""
+    request: Request = {
         "Key": key(options, stored),
-        "UpdateExpression": "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc",
+        "UpdateExpression": _expiry(
+            "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc", watch_only
+        ),
         # The owner id names this acquisition alone. Not conditioned on our previous
         # rvn: a renewal applied whose reply was lost must not make the next one
         # fail. But on the sequence number: one delayed in the network must not
@@ -163,6 +195,9 @@ def renew(
         },
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
+    if watch_only:
+        del request["ExpressionAttributeValues"][":expires"]
+    return request
 
 
 def adopt(
@@ -179,16 +214,18 @@ def adopt(
     host: str,
     pid: int,
     thread: str,
+    watch_only: bool = False,
 ) -> Request:
     """A renewal by the process a lease was handed to (see handover.py): the expiry becomes
-    ``stamp + lease_seconds`` and the item names the new process. Conditioned on the
-    sequence number the giver stopped at, not just below ours: of two processes handed
-    the same lease (a message delivered twice), only the first write applies."""
-    return {
+    ``stamp + lease_seconds`` (none when ``watch_only``) and the item names the new process.
+    Conditioned on the sequence number the giver stopped at, not just below ours: of two
+    processes handed the same lease (a message delivered twice), only the first write applies."""
+    request: Request = {
         "Key": key(options, stored),
-        "UpdateExpression": (
+        "UpdateExpression": _expiry(
             "SET #rvn = :rvn, #seq = :seq, #lease_ms = :lease_ms, #expires_at = :expires, #gc = :gc, "
-            "#host = :host, #pid = :pid, #thread = :thread"
+            "#host = :host, #pid = :pid, #thread = :thread",
+            watch_only,
         ),
         "ConditionExpression": "#owner = :me AND #fence = :token AND #seq = :handed",
         "ExpressionAttributeNames": {
@@ -210,6 +247,9 @@ def adopt(
         },
         "ReturnValuesOnConditionCheckFailure": "ALL_OLD",
     }
+    if watch_only:
+        del request["ExpressionAttributeValues"][":expires"]
+    return request
 
 
 def reserve(options: ClientOptions, stored: str, *, owner: str, holder: str) -> Request:
@@ -246,10 +286,21 @@ def mark_slot(options: ClientOptions, stored: str, *, owner: str, mark: str, now
     }
 
 
-def release(options: ClientOptions, stored: str, *, owner: str, fence: int | None, rvn: str, now: float) -> Request:
+def release(
+    options: ClientOptions,
+    stored: str,
+    *,
+    owner: str,
+    fence: int | None,
+    rvn: str,
+    now: float,
+    handed_seq: int | None = None,
+) -> Request:
     """The release write of ``owner``: the item keeps its fence, loses its owner, and
     remembers the release in the owner's slot (see items.RELEASE_SLOTS) and, for a
-    lease whose ``fence`` is known, in the release ring (items.RING)."""
+    lease whose ``fence`` is known, in the release ring (items.RING). With ``handed_seq``
+    (release_handover), only while nobody wrote after the giver: an adopter's renewals
+    carry the same owner id, and its lease is not the giver's to end."""
     slot, tag = it.release_slot(owner)
     all_names = {
         **names(it.OWNER, it.RVN, it.RELEASED_AT, it.RELEASED_BY),
@@ -260,7 +311,7 @@ def release(options: ClientOptions, stored: str, *, owner: str, fence: int | Non
     if fence is not None:
         all_names["#ring"] = it.RING
         ring = f", #ring[{it.ring_index(fence)}] = :tag"  # a list index cannot be a placeholder
-    return {
+    request: Request = {
         "Key": key(options, stored),
         "UpdateExpression": (
             f"SET #released_at = :now, #released_by = :me, #slot = :tag{ring}, #gc = :gc, #rvn = :rvn REMOVE #owner"
@@ -275,6 +326,11 @@ def release(options: ClientOptions, stored: str, *, owner: str, fence: int | Non
             ":gc": gc_at(options, now),
         },
     }
+    if handed_seq is not None:
+        request["ConditionExpression"] += " AND #seq = :handed"
+        all_names["#seq"] = it.SEQ
+        request["ExpressionAttributeValues"][":handed"] = it.num(handed_seq)
+    return request
 
 
 def break_condition(token: int | None) -> tuple[str, dict[str, Any]]:

@@ -20,7 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..exceptions import DynLockError
 from . import requests as rq
-from .clock import ServerClock, reply_date
+from .clock import ServerClock, monotonic, reply_date
 from .connection import build_boto_client
 from .failures import error_code, is_throttling, may_have_applied, safe_endpoint, translate
 from .options import ClientOptions
@@ -133,7 +133,7 @@ class Store:
         if table:
             params["TableName"] = self.options.table_name
         attempts = attempts or self.options.call_attempts
-        patient_until = time.monotonic() + throttled_for
+        patient_until = monotonic() + throttled_for
         ambiguous = False  # any attempt may have been applied, not only the last one
         failures = throttles = 0
         while True:
@@ -149,7 +149,7 @@ class Store:
             if getattr(error, "retryable", False) and is_throttling(error):
                 delay = backoff(self.options, throttles)
                 throttles += 1
-                if time.monotonic() + delay < patient_until:
+                if monotonic() + delay < patient_until:
                     time.sleep(delay)
                     continue
             failures += 1
@@ -161,13 +161,15 @@ class Store:
     def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         """One botocore call; its reply's Date header narrows our view of DynamoDB's clock."""
         method = getattr(self.boto, operation)
-        sent = time.monotonic()
+        sent = monotonic()
         try:
             reply: dict[str, Any] = method(**params)
         except ClientError as exc:
-            self.clock.observe(sent, time.monotonic(), reply_date(exc.response))
+            date = reply_date(exc.response)
+            if date is not None:  # an error without one may be an intermediary's: it says nothing of DynamoDB
+                self.clock.observe(sent, monotonic(), date)
             raise
-        self.clock.observe(sent, time.monotonic(), reply_date(reply))
+        self.clock.observe(sent, monotonic(), reply_date(reply))
         return reply
 
     def translate(self, exc: BaseException, action: str) -> DynLockError:

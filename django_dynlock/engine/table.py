@@ -38,6 +38,8 @@ class TableStatus:
     billing_mode: str | None
     item_count: int | None
     created: bool = False  # True if this call created the table
+    replicas: tuple[str, ...] = ()  # Regions of a global table's replicas
+    multi_region_consistency: str | None = None  # a global table's: EVENTUAL (the default) or STRONG
 
     @property
     def ok(self) -> bool:
@@ -114,6 +116,8 @@ def describe_table(client: LockClient) -> TableStatus:
         ttl_attribute=ttl_attribute,
         billing_mode=table.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED"),
         item_count=table.get("ItemCount"),
+        replicas=tuple(replica.get("RegionName", "?") for replica in table.get("Replicas") or ()),
+        multi_region_consistency=table.get("MultiRegionConsistency"),
     )
 
 

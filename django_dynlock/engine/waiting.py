@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import random
 import threading
-import time
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from typing import Any
 
 from ..exceptions import DynLockError
 from . import items as it
-from .clock import DRIFT, ServerClock
+from .clock import DRIFT, ServerClock, monotonic
 from .items import LeaseInfo
 from .options import ClientOptions
 from .requests import RESERVATION_GRACE
@@ -192,7 +191,7 @@ class WaitPolicy:
         """
         if info is None or not info.is_held:
             return None
-        now = time.monotonic()
+        now = monotonic()
         age = watch.held_for(now) if watch is not None else 0.0
         acquired = it.number(item, it.ACQUIRED_AT) if item else None
         if acquired is not None and self.clock.known:
@@ -210,7 +209,7 @@ class WaitPolicy:
             return False
         if len(holders_seen) < 2:  # all we need to know: the key changed hands
             holders_seen.add(current)
-        return len(holders_seen) > 1 and time.monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
+        return len(holders_seen) > 1 and monotonic() - began >= STARVING_AFTER and it.RESERVED_BY not in item
 
     @staticmethod
     def looks_by_writing(reserved_looks: int, returns_item_on_failure: bool | None) -> bool:

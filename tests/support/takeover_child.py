@@ -3,8 +3,10 @@
     python -m tests.support.takeover_child ROLE ENDPOINT TABLE KEY LEASE OFFSET REPORT [SECONDS] [INTERVAL]
 
 ROLE is ``hold`` (acquire, renew, report beliefs until killed or SECONDS pass),
-``try`` (one try_acquire, as a cron job or a fresh worker would) or ``retry``
-(try_acquire every INTERVAL seconds for up to SECONDS). OFFSET shifts this whole
+``try`` (one try_acquire, as a cron job or a fresh worker would), ``retry``
+(try_acquire every INTERVAL seconds for up to SECONDS), ``wait`` (one acquire
+that waits up to SECONDS) or ``adopt`` (adopt the handover whose ``as_dict()`` is
+KEY, as JSON, then report beliefs like ``hold``; ``ADOPTED token`` or ``REFUSED reason``). OFFSET shifts this whole
 process' wall clock (``time.time``/``time_ns``, which botocore and the engine read)
 by that many seconds; its monotonic clock is untouched, as on a host whose clock is
 wrong. Every line of REPORT carries the *true* wall time, so that the test can
@@ -16,11 +18,14 @@ Every loop is bounded.
 
 from __future__ import annotations
 
+import json
 import os
 import sys
 import threading
 import time
 
+from django_dynlock.engine import Handover
+from django_dynlock.exceptions import DynLockError, LockNotAcquired
 from tests.support.clients import client_for
 from tests.support.wallclock import shift_wall_clock, true_wall
 
@@ -67,15 +72,33 @@ def main(
     client = client_for(endpoint, table, lease_duration=lease_s, heartbeat_period=lease_s / 4)
     report = Report(report_path)
     deadline = time.monotonic() + float(seconds)
-    if role == "hold":
+    if role in ("hold", "adopt"):
         track_writes(client, report, "WROTE")
-        held = client.acquire(key, wait=10)
-        report.line("ACQUIRED", held.token)
+        if role == "hold":
+            held = client.acquire(key, wait=10)
+            report.line("ACQUIRED", held.token)
+        else:
+            try:
+                held = client.adopt(Handover.from_dict(json.loads(key)), lease=lease_s)
+            except DynLockError as exc:
+                report.line("REFUSED", getattr(exc, "reason", type(exc).__name__))
+                os._exit(0)
+            report.line("ADOPTED", held.token)
         while time.monotonic() < deadline:
             report.line("HELD" if held.is_held else "LOST", f"{true_wall():.6f}")
             time.sleep(0.01)
         os._exit(0)
     track_writes(client, report, "SENT")
+    if role == "wait":
+        try:
+            got = client.acquire(key, wait=float(seconds))
+        except LockNotAcquired:
+            report.line("BUSY", f"{true_wall():.6f}")
+        else:
+            report.line("GOT", got.token)
+            got.release()
+        client.close()
+        return
     for _ in range(int(float(seconds) / float(interval)) + 1 if role == "retry" else 1):
         got = client.try_acquire(key)
         if got is not None:
