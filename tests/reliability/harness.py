@@ -81,13 +81,16 @@ class ProxyGroup:
             proxy.resume()
 
     def counts(self) -> Counter[str]:
-        """Requests, forwarded requests and faults of every kind, over all proxies."""
+        """Requests, forwarded requests and faults of every kind, over all proxies; faults
+        by operation too, as ``"UpdateItem:throttle"``."""
         total: Counter[str] = Counter()
         for proxy in self.proxies:
             stats = proxy.stats
             total["requests"] += stats.requests
             total["forwarded"] += stats.forwarded
             total.update(stats.faults)
+            for operation, faults in stats.faults_by_operation.items():
+                total.update({f"{operation}:{kind}": count for kind, count in faults.items()})
         return total
 
     def errors(self) -> list[BaseException]:

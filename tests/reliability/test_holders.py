@@ -223,5 +223,7 @@ def test_a_throttling_storm_costs_no_lease_and_breaks_nothing(server, tmp_path):
     # Renewals are retried quickly and again before the lease runs out: no lease is lost.
     assert result.events("lost") == []
     assert all(s.wrote for s in result.sections)
-    assert result.events("at_risk"), "the storm never touched a renewal"
+    # The storm reached the holders' writes. (Not "a renewal was at risk": a throttled
+    # renewal now retries for a third of its validity, and mostly gets through.)
+    assert during["UpdateItem:throttle"] > before["UpdateItem:throttle"], "the storm never touched a write"
     assert [s for s in result.sections if storm < s.end < calm], "no progress during the storm"

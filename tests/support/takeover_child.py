@@ -41,15 +41,16 @@ class Report:
 
 
 def track_writes(client, report: Report, label: str) -> None:
-    """Report the true send time of each UpdateItem that succeeded."""
+    """Report the true send time of each UpdateItem: ``label`` when it succeeded, ``TRIED``
+    when it did not (a failed condition: the key was busy)."""
     local = threading.local()
 
     def before_send(**_):
         local.sent = time.monotonic()
 
     def after_call(http_response, parsed, **_):
-        if http_response.status_code == 200 and "Error" not in parsed:
-            report.line(label, f"{true_wall(local.sent):.6f}")
+        ok = http_response.status_code == 200 and "Error" not in parsed
+        report.line(label if ok else "TRIED", f"{true_wall(local.sent):.6f}")
 
     client.boto.meta.events.register("before-send.dynamodb.UpdateItem", before_send)
     client.boto.meta.events.register("after-call.dynamodb.UpdateItem", after_call)
