@@ -78,9 +78,7 @@ class MultiKey(Acquiring):
         except BaseException as error:
             self._leave_all(entered, error)
             raise
-        for one in leases:
-            self._start_holding(one, waited=monotonic() - started)
-        return LeaseGroup(self._as_client, leases)
+        return self._held_group(leases, started)
 
     async def _acquire_all_async(
         self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
@@ -120,6 +118,9 @@ class MultiKey(Acquiring):
         except BaseException as error:
             self._leave_all(entered, error)
             raise
+        return self._held_group(leases, started)
+
+    def _held_group(self, leases: list[Lease], started: float) -> LeaseGroup:
         for one in leases:
             self._start_holding(one, waited=monotonic() - started)
         return LeaseGroup(self._as_client, leases)
