@@ -110,8 +110,9 @@ lint: venv
 	$(VENV)/bin/mypy
 
 # The newest-Django pass runs beside the parallel pass, on LATEST_WORKERS workers of its
-# own, its output kept in LATEST_LOG and printed after: both passes mostly wait, so together
-# they take little more than the parallel pass alone (docs/testing.md has the figures).
+# own, its output kept in LATEST_LOG and printed after: it uses the CPU the parallel pass
+# leaves while its tests wait (460 s for both, where they took 379 + 89 s one after the
+# other with 60 fewer tests: docs/testing.md).
 # The tests that assert a rate, a throughput or a latency (marked solo) run after both,
 # with nothing else running: the mixed-fault runs of the two servers side by side (their
 # section counts and faulted/fault-free ratios kept a 3x and 2x margin so: 1,916 and 1,649
