@@ -96,7 +96,9 @@ def server_params() -> list[str]:
     chosen = [name.strip() for name in os.environ.get("DYNLOCK_TEST_SERVERS", "").split(",") if name.strip()]
     unknown = set(chosen) - set(SERVER_MATRIX)
     if unknown:
-        pytest.exit(f"DYNLOCK_TEST_SERVERS: unknown {sorted(unknown)}; choose from {', '.join(SERVER_MATRIX)}")
+        raise pytest.UsageError(
+            f"DYNLOCK_TEST_SERVERS: unknown {sorted(unknown)}; choose from {', '.join(SERVER_MATRIX)}"
+        )
     return chosen or SERVER_MATRIX
 
 
