@@ -203,6 +203,7 @@ def test_a_throttling_storm_costs_no_lease_and_breaks_nothing(server, tmp_path):
         sc.proxies.set_rates({"throttle": 0.5})  # half of all requests throttled...
         storm = time.time()
         time.sleep(4.0)
+        half = sc.proxies.counts()
         sc.proxies.set_rates({"throttle": 1.0})  # ...then all of them, for a third of a lease
         time.sleep(lease / 3)
         sc.proxies.set_rates({})
@@ -219,7 +220,10 @@ def test_a_throttling_storm_costs_no_lease_and_breaks_nothing(server, tmp_path):
         f"{len(result.events('lost'))} lost; stats {dict(result.stats)}"
     )
     assert result.violations == [], summarize(result.sections, result.violations)
-    assert throttled > 50, during
+    # Both phases of the storm throttled requests. (Not a count: throttled waiters now back
+    # off, so how many requests a storm meets depends on the engine's pace; "> 50" once
+    # met 45.)
+    assert before["throttle"] < half["throttle"] < during["throttle"], (before, half, during)
     # Renewals are retried quickly and again before the lease runs out: no lease is lost.
     assert result.events("lost") == []
     assert all(s.wrote for s in result.sections)
