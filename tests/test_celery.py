@@ -231,7 +231,9 @@ def test_queue_once_queues_one_task_per_key_and_again_after_it_finished(run, adm
     enqueue's fencing token; once it finished, a sixth delay() is queued again."""
     user = uuid.uuid4().hex[:8]
     key = f"report:{user}"
-    queued = tasks.once_report.delay(user, str(run.folder), 1.0)
+    # It runs 3 s: "running counts too" below needs the task still running after the test has
+    # seen its start (1 s once ended first in a faster run).
+    queued = tasks.once_report.delay(user, str(run.folder), 3.0)
     token = run.client.get(key).token
     for _ in range(4):
         with pytest.raises(AlreadyQueued) as busy:

@@ -219,6 +219,8 @@ def test_a_waiter_whose_delayed_attempt_lands_on_a_free_key_takes_it_at_once(pro
     try:
         time.sleep(0.5)  # its retry has failed (the rival holds the key); it polls with reads
         proxy.add_fault("http500", operation="GetItem", times=10_000)  # blind it ...
+        # ...to writes too: one let through would show it its own owner at once (it did, once).
+        proxy.add_fault("http500", operation="UpdateItem", times=10_000)
         time.sleep(0.05)  # (a read already past the proxy must not see the release)
         held.release()  # ... while the key is free and its delayed first attempt lands
         time.sleep(max(0.0, 1.3 - (time.monotonic() - started)))
