@@ -6,6 +6,8 @@ import asyncio
 import statistics
 import threading
 import time
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
@@ -22,6 +24,19 @@ def _threads(prefix: str) -> int:
 # A latency percentile (to_thread p99 <= 0.2 s): alone, after the parallel pass (it read
 # 0.247 s once among the parallel pass's other tests on 2 cores).
 @pytest.mark.solo
+def cancel_while_waiting(start_waiting: Callable[[], Coroutine[Any, Any, object]]) -> None:
+    """Start a wait, cancel it 0.3 s in, and check that the cancellation reaches the caller."""
+
+    async def main() -> None:
+        waiting = asyncio.create_task(start_waiting())
+        await asyncio.sleep(0.3)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+
+    asyncio.run(main())
+
+
 def test_sixty_async_waiters_hold_no_thread_and_the_release_does_not_queue(dynlock):
     # issue 28: the decorator ran each acquire on the loop's default executor (6 threads
     # here): with 7 or more waiters nothing succeeded for 2 s (the holder's release queued
@@ -100,15 +115,8 @@ def test_a_cancelled_async_waiter_leaves_nothing_behind(dynlock):
     holder = other_client(dynlock)
     lease = holder.acquire("cancelled", wait=0)
 
-    async def main() -> None:
-        waiting = asyncio.create_task(dynlock.acquire_async("cancelled", wait=10))
-        await asyncio.sleep(0.3)
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-
     try:
-        asyncio.run(main())
+        cancel_while_waiting(lambda: dynlock.acquire_async("cancelled", wait=10))
         lease.release()
         # Neither our in-process gate nor a reservation keeps the key from the next caller.
         dynlock.acquire("cancelled", wait=1).release()
@@ -192,15 +200,8 @@ def test_a_cancelled_async_group_waiter_leaves_nothing_behind(dynlock):
     holder = other_client(dynlock)
     lease = holder.acquire("grp:2", wait=0)
 
-    async def main() -> None:
-        waiting = asyncio.create_task(dynlock.acquire_many_async(["grp:1", "grp:2"], wait=10))
-        await asyncio.sleep(0.3)
-        waiting.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await waiting
-
     try:
-        asyncio.run(main())
+        cancel_while_waiting(lambda: dynlock.acquire_many_async(["grp:1", "grp:2"], wait=10))
         assert dynlock.get("grp:1") is None  # given back (dynalite), or never written (a transaction)
         lease.release()
         # Neither our in-process gates nor a reservation keeps the keys from the next caller.
