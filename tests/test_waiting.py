@@ -339,31 +339,72 @@ def test_a_waiter_waits_60_s_for_a_key_another_process_holds_40_s(dynamodb_local
     assert 0 < late <= 0.1 + 0.05 * held, f"acquired {late:.3f}s after a {held:.1f}s hold ended ({calls})"
 
 
-def _requests_while_waiting(proxy, waiter, holder, key: str, seconds: float) -> int:
-    """Requests the waiter sends (all through ``proxy``) in one wait of ``seconds`` on a fresh hold of ``key``."""
+def test_an_acquire_many_waiter_watches_busy_keys_by_reading(dynlock):
+    # issue 28: every look of a waiting acquire_many was a transaction: two write units a
+    # key (ten reads' worth) each look, in the holder's partition. Now the keys a
+    # transaction found busy are watched by reading, and written when they look free.
+    holder = dynlock.acquire("many:2")
+    waiter = other_client(dynlock)
+    got = []
+    try:
+        waiter.acquire_many(["warm:1", "warm:2"]).release()  # the server's capabilities, DynamoDB's clock
+        if not waiter._store.has_transactions:
+            pytest.skip("no transactions (dynalite): one key at a time, each waited for as a single key")
+        with count_calls(waiter) as calls:
+            with pytest.raises(LockNotAcquired):
+                waiter.acquire_many(["many:1", "many:2"], wait=2.0)
+        assert calls["TransactWriteItems"] == 1 and calls["BatchGetItem"] >= 3, calls
+        thread = threading.Thread(target=lambda: got.append(waiter.acquire_many(["many:1", "many:2"], wait=5)))
+        with count_calls(waiter) as calls:
+            thread.start()
+            time.sleep(0.5)
+            holder.release()
+            thread.join(5)
+        assert got and got[0].is_held, calls
+        # The first look, and the one after a read found the key free.
+        assert calls["TransactWriteItems"] == 2, calls
+    finally:
+        for group in got:
+            group.release()
+        waiter.close()
+        if holder.is_held:
+            holder.release()
+
+
+def _requests_while_waiting(proxy, waiter, holder, key: str, seconds: float, *, many: bool = False) -> int:
+    """Requests the waiter sends (all through ``proxy``) in one wait of ``seconds`` on a
+    fresh hold of ``key`` (``many``: for it and a free key, with acquire_many)."""
     lease = holder.acquire(key, wait=0)
     try:
         before = proxy.requests_seen
         with pytest.raises((LockNotAcquired, BackendError)):
-            waiter.acquire(key, wait=seconds)
+            if many:
+                waiter.acquire_many([f"{key}:free", key], wait=seconds)
+            else:
+                waiter.acquire(key, wait=seconds)
         return proxy.requests_seen - before
     finally:
         lease.release()
 
 
-def test_throttled_waiters_back_off(dynlock):
+@pytest.mark.parametrize("many", [False, True], ids=["acquire", "acquire_many"])
+def test_throttled_waiters_back_off(dynlock, many):
     # issue 28: throttled looks were retried three times within ~30 ms, then the waiter
     # looked again within 25 ms: throttled waiters sent more requests, not fewer. Each
-    # throttled look in a row now doubles the next pause (reads are sent once).
+    # throttled look in a row now doubles the next pause (reads are sent once). The same
+    # for acquire_many, whose throttled transactions are followed by reads.
     # Two fresh holds of 3 s each way (a waiter's first looks are the quickest): some 40
     # requests unthrottled. The proxy's draws are seeded, so a run can be replayed.
     with FaultProxy(dynlock.server.endpoint_url, max_seconds=60, seed=28) as proxy:
         waiter = client_for(proxy.endpoint_url, dynlock.options.table_name)
         try:
-            waiter.try_acquire("warm").release()  # the boto3 client is built, DynamoDB's clock known
-            calm = sum(_requests_while_waiting(proxy, waiter, dynlock, f"calm{n}", 3.0) for n in range(2))
-            proxy.set_rates({"throttle": 0.5}, operations=["GetItem", "UpdateItem"])
-            throttled = sum(_requests_while_waiting(proxy, waiter, dynlock, f"throttled{n}", 3.0) for n in range(2))
+            waiter.acquire_many(["warm", "warm:2"]).release()  # the boto3 client built, DynamoDB's clock known
+            calm = sum(_requests_while_waiting(proxy, waiter, dynlock, f"calm{n}", 3.0, many=many) for n in range(2))
+            operations = ["GetItem", "UpdateItem", "BatchGetItem", "TransactWriteItems"]
+            proxy.set_rates({"throttle": 0.5}, operations=operations)
+            throttled = sum(
+                _requests_while_waiting(proxy, waiter, dynlock, f"throttled{n}", 3.0, many=many) for n in range(2)
+            )
         finally:
             proxy.set_rates({})
             waiter.close()

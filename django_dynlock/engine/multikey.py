@@ -223,11 +223,43 @@ class MultiKey(Acquiring):
         watches: dict[str, Watch | None] = {stored: self._waiting.remembered(stored) for stored in ordered}
         items: dict[str, dict[str, Any] | None] = {}
         tries = 0
-        throttled = 0  # transactions in a row that DynamoDB throttled
+        throttled = 0  # looks in a row that DynamoDB throttled
         rechecked = False
         started = monotonic()
+        # The next look: a transaction, or (False) one read of the keys the last look found
+        # busy. A transaction costs two write units a key, ten reads' worth, and takes
+        # them from the partitions whose holders must renew: a waiter writes only when
+        # its reads show every key free (or its own, or due for a takeover).
+        write = True
+        last_busy: str | None = None  # the key the last look that saw it found busy
+        error: DynLockError | None
         while True:
             now = monotonic()
+            if not write and any(
+                due is not None and due <= 0
+                for due in (self._waiting.takeover_in(items.get(s), watches.get(s), now) for s in ordered)
+            ):
+                write = True
+            if not write:
+                error = yield from self._read_busy_steps(ordered, items, watches, attempt.owner)
+                last_busy = self._first_busy(ordered, items, watches, attempt.owner) if error is None else last_busy
+                if error is None and last_busy is None:
+                    write = True  # they look free: take them at once
+                    continue
+                now = monotonic()
+                if now >= terms.give_up_at:
+                    raise self._gave_up_many(by_stored, last_busy, items, watches, error, now - started)
+                throttled = throttled + 1 if is_throttling(error) else throttled // 2
+                delay = self._waiting.transaction_delay(
+                    tries=tries,
+                    seen=[(items.get(stored), watches.get(stored)) for stored in ordered],
+                    now=now,
+                    give_up_at=terms.give_up_at,
+                    throttled=throttled,
+                )
+                tries += 1
+                yield Sleep(delay)
+                continue
             clock_was_known = self.clock.known
             attempt.seq += 1
             updates = []
@@ -239,7 +271,7 @@ class MultiKey(Acquiring):
                 updates.append({"Update": {"TableName": self.options.table_name, **request}})
                 expiries.append(expires)
             sent = monotonic()
-            error: DynLockError | None = None
+            error = None
             busy: str | None = None
             try:
                 yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
@@ -304,20 +336,13 @@ class MultiKey(Acquiring):
                     continue
                 error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
             now = monotonic()
+            last_busy = busy or last_busy
             if now >= terms.give_up_at:
-                if busy is not None:
-                    # What the last transaction saw: a read now could outlast the wait.
-                    item = items.get(busy)
-                    info = self._info(item)
-                    raise LockNotAcquired(
-                        by_stored[busy],
-                        holder=info,
-                        retry_after=self._waiting.retry_after(info, item, watches.get(busy)),
-                        waited=now - started,
-                        keys=tuple(by_stored.values()),
-                    )
-                assert error is not None
-                raise error
+                # What the last look saw: a read now could outlast the wait.
+                raise self._gave_up_many(by_stored, busy, items, watches, error, now - started)
+            # Busy, or throttled (not applied): watch by reading. Any other failure is
+            # tried again as a transaction, which recognises itself if it was applied.
+            write = error is not None and not is_throttling(error)
             throttled = throttled + 1 if is_throttling(error) else 0
             delay = self._waiting.transaction_delay(
                 tries=tries,
@@ -328,6 +353,79 @@ class MultiKey(Acquiring):
             )
             tries += 1
             yield Sleep(delay)
+
+    def _read_busy_steps(
+        self,
+        ordered: list[str],
+        items: dict[str, dict[str, Any] | None],
+        watches: dict[str, Watch | None],
+        owner: str,
+    ) -> Steps[DynLockError | None]:
+        """One consistent BatchGetItem of the keys the last look found busy; updates
+        ``items`` and the watches, and returns the failure that hid them, if any."""
+        looked = [stored for stored in ordered if watches.get(stored) is not None] or ordered
+        try:
+            found = yield Send(functools.partial(self._read_items, looked))
+        except DynLockError as error:
+            if not getattr(error, "retryable", False):
+                raise
+            return error  # we only failed to look: keep what we saw
+        received = monotonic()
+        for stored, item in found.items():
+            items[stored] = item
+            watches[stored] = self._waiting.observe(watches.get(stored), item, received, owner)
+            self._waiting.remember(stored, watches[stored])
+        return None
+
+    def _read_items(self, stored_keys: list[str]) -> dict[str, dict[str, Any] | None]:
+        """One consistent read of several keys' items, sent once (the loop is the retry); a
+        key DynamoDB left unprocessed is left out: it was not seen."""
+        request = {"Keys": [rq.key(self.options, s) for s in stored_keys], "ConsistentRead": True}
+        reply = self._store.call(
+            "batch_get_item", "read locks", attempts=1, table=False, RequestItems={self.options.table_name: request}
+        )
+        unprocessed = reply.get("UnprocessedKeys", {}).get(self.options.table_name, {}).get("Keys", [])
+        skipped = {key[self.options.key_attribute]["S"] for key in unprocessed}
+        found: dict[str, dict[str, Any] | None] = {s: None for s in stored_keys if s not in skipped}
+        for item in reply.get("Responses", {}).get(self.options.table_name, []):
+            found[item[self.options.key_attribute]["S"]] = item
+        return found
+
+    @staticmethod
+    def _first_busy(
+        ordered: list[str], items: dict[str, dict[str, Any] | None], watches: dict[str, Watch | None], owner: str
+    ) -> str | None:
+        """The first key that looks taken by someone else (our own earlier transaction,
+        landed unseen, is ours to write again: it recognises itself)."""
+        for stored in ordered:
+            item = items.get(stored)
+            if watches.get(stored) is not None and (item or {}).get(it.OWNER, {}).get("S") != owner:
+                return stored
+        return None
+
+    def _gave_up_many(
+        self,
+        by_stored: dict[str, str],
+        busy: str | None,
+        items: dict[str, dict[str, Any] | None],
+        watches: dict[str, Watch | None],
+        error: DynLockError | None,
+        waited: float,
+    ) -> DynLockError:
+        """What a multi-key acquire that waited long enough raises: busy (on the key last
+        seen taken), or the failure that hid the keys."""
+        if busy is None:
+            assert error is not None
+            return error
+        item = items.get(busy)
+        info = self._info(item)
+        return LockNotAcquired(
+            by_stored[busy],
+            holder=info,
+            retry_after=self._waiting.retry_after(info, item, watches.get(busy)),
+            waited=waited,
+            keys=tuple(by_stored.values()),
+        )
 
     def _leases_after_transaction(
         self,
