@@ -82,7 +82,29 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
                     id="dynlock.E104",
                 )
             )
-        if status.ttl_status not in ("ENABLED", "ENABLING") or status.ttl_attribute != client.options.ttl_attribute:
+        strong_global = bool(status.replicas) and status.multi_region_consistency == "STRONG"
+        if strong_global:
+            messages.append(
+                checks.Warning(
+                    _(
+                        "DYNLOCK[%(alias)r]: table %(table)r is a global table with multi-Region strong "
+                        "consistency, where DynamoDB supports neither transactions nor TTL: acquire_many() "
+                        "gets an error from DynamoDB, and idle lock items are never deleted (RETENTION has "
+                        "no effect)."
+                    )
+                    % {"alias": alias, "table": status.name},
+                    hint=_(
+                        "Take several keys with acquire() one at a time, in sorted order; or use a "
+                        "single-Region table for locks."
+                    ),
+                    id="dynlock.W102",
+                )
+            )
+        # TTL cannot be enabled on such a table (W102 says so): no advice to enable it.
+        ttl_off = (
+            status.ttl_status not in ("ENABLED", "ENABLING") or status.ttl_attribute != client.options.ttl_attribute
+        )
+        if ttl_off and not strong_global:
             if status.ttl_attribute is None:  # DISABLED: DynamoDB names no attribute
                 said = _(
                     "DYNLOCK[%(alias)r]: TTL on table %(table)r is %(status)s, not enabled on "

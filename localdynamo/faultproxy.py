@@ -8,6 +8,10 @@ for requests chosen to suffer a fault:
     answer 500 with a DynamoDB ``InternalServerError`` body; not forwarded.
 ``"throttle"``
     answer 400 with ``ProvisionedThroughputExceededException``; not forwarded.
+``"replicated_conflict"``
+    answer 400 with ``ReplicatedWriteConflictException`` (a global table with
+    multi-Region strong consistency: another Region is writing the item); not
+    forwarded.  AWS does not document the status; botocore reads the code.
 ``"delay"``
     sleep ``delay_seconds``, then forward.  With a client read timeout shorter
     than the delay the client gives up although the write is applied upstream.
@@ -85,7 +89,17 @@ from localdynamo.partitions import Partitions
 __all__ = ["FAULT_KINDS", "FaultProxy", "ProxyStats", "RequestRecord", "ScriptedFault"]
 
 FAULT_KINDS = frozenset(
-    {"http500", "throttle", "delay", "reset", "drop_reply", "http500_applied", "shift_date", "strip_date"}
+    {
+        "http500",
+        "throttle",
+        "replicated_conflict",
+        "delay",
+        "reset",
+        "drop_reply",
+        "http500_applied",
+        "shift_date",
+        "strip_date",
+    }
 )
 
 _ERROR_PREFIX = "com.amazonaws.dynamodb.v20120810#"
@@ -93,6 +107,7 @@ _ERROR_REPLIES = {
     "http500": (500, "InternalServerError"),
     "http500_applied": (500, "InternalServerError"),
     "throttle": (400, "ProvisionedThroughputExceededException"),
+    "replicated_conflict": (400, "ReplicatedWriteConflictException"),
 }
 
 # Per-hop headers (RFC 9110 7.6.1) describe one connection, not the message;

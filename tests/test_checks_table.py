@@ -9,6 +9,7 @@ from django_dynlock import BackendError, TableSchemaError, get_lock_client
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client, table_name
 from tests.support.aliases import alias_settings
+from tests.support.clients import client_for
 from tests.support.commands import fails
 
 
@@ -135,8 +136,28 @@ def test_a_global_table_needs_multi_region_strong_consistency(dynlock, settings,
         settings.DYNLOCK = {"default": {**settings.DYNLOCK["default"], "ENDPOINT_URL": proxy.endpoint_url}}
         messages = checks.run_checks(tags=["dynlock_table"], include_deployment_checks=True)
     found = [m for m in messages if m.id == "dynlock.E104"]
+    ids = [m.id for m in messages]
     if consistency == "STRONG":
         assert found == []
+        # What AWS documents as unsupported there, and no advice to enable TTL.
+        (strong,) = [m for m in messages if m.id == "dynlock.W102"]
+        assert "transactions" in strong.msg and "TTL" in strong.msg and "acquire_many()" in strong.msg
+        assert "dynlock.W101" not in ids
     else:
+        assert "dynlock.W102" not in ids
         assert len(found) == 1 and found[0].level == checks.ERROR
         assert "us-east-1, eu-west-1, us-west-2" in found[0].msg and "STRONG" in found[0].hint
+
+
+def test_a_replicated_write_conflict_is_tried_again(dynlock):
+    # A global table with multi-Region strong consistency rejects a write to an item
+    # another Region is writing, as retryable. It raised BackendError at once.
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        other = client_for(proxy.endpoint_url, dynlock.options.table_name)
+        try:
+            conflict = proxy.add_fault("replicated_conflict", operation="UpdateItem")
+            lease = other.acquire("replicated", wait=2)
+            assert conflict.fired == 1 and lease.is_held
+            lease.release()
+        finally:
+            other.close()

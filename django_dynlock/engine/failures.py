@@ -45,6 +45,9 @@ RETRYABLE_CODES = frozenset(
         "ServiceUnavailable",
         "TransactionConflictException",
         "TransactionInProgressException",
+        # A global table with multi-Region strong consistency: another Region is writing
+        # the item. AWS documents it as rejected (not applied) and retryable.
+        "ReplicatedWriteConflictException",
     }
 )
 # DynamoDB is short of capacity (a partition's, the table's, or the account's): back off.
