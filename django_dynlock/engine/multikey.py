@@ -240,110 +240,101 @@ class MultiKey(Acquiring):
                 for due in (self._waiting.takeover_in(items.get(s), watches.get(s), now) for s in ordered)
             ):
                 write = True
+            busy: str | None = None
             if not write:
                 error = yield from self._read_busy_steps(ordered, items, watches, attempt.owner)
-                last_busy = self._first_busy(ordered, items, watches, attempt.owner) if error is None else last_busy
-                if error is None and last_busy is None:
+                busy = self._first_busy(ordered, items, watches, attempt.owner) if error is None else None
+                if error is None and busy is None:
                     write = True  # they look free: take them at once
                     continue
-                now = monotonic()
-                if now >= terms.give_up_at:
-                    raise self._gave_up_many(by_stored, last_busy, items, watches, error, now - started)
-                throttled = throttled + 1 if is_throttling(error) else throttled // 2
-                delay = self._waiting.transaction_delay(
-                    tries=tries,
-                    seen=[(items.get(stored), watches.get(stored)) for stored in ordered],
-                    now=now,
-                    give_up_at=terms.give_up_at,
-                    throttled=throttled,
-                )
-                tries += 1
-                yield Sleep(delay)
-                continue
-            clock_was_known = self.clock.known
-            attempt.seq += 1
-            updates = []
-            expiries = []
-            for stored in ordered:
-                watch = watches.get(stored)
-                takeover = watch.takeover_rvn(now) if watch is not None else None
-                request, expires = self._acquire_request(stored, attempt, terms, takeover)
-                updates.append({"Update": {"TableName": self.options.table_name, **request}})
-                expiries.append(expires)
-            sent = monotonic()
-            error = None
-            busy: str | None = None
-            try:
-                yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
-            except ClientError as exc:
-                code = error_code(exc)
-                if code == "UnknownOperationException":
-                    self._store.has_transactions = False
-                    self._store.say_once(
-                        "no-transactions",
-                        "DynamoDB server at %s has no transactions: acquire_many() falls back to "
-                        "acquiring keys one by one in sorted order, with rollback",
-                        safe_endpoint(self.options.endpoint_url),
-                    )
-                    return None
-                if code != "TransactionCanceledException":
+            else:
+                clock_was_known = self.clock.known
+                attempt.seq += 1
+                updates = []
+                expiries = []
+                for stored in ordered:
+                    watch = watches.get(stored)
+                    takeover = watch.takeover_rvn(now) if watch is not None else None
+                    request, expires = self._acquire_request(stored, attempt, terms, takeover)
+                    updates.append({"Update": {"TableName": self.options.table_name, **request}})
+                    expiries.append(expires)
+                sent = monotonic()
+                error = None
+                try:
+                    yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
+                except ClientError as exc:
+                    code = error_code(exc)
+                    if code == "UnknownOperationException":
+                        self._store.has_transactions = False
+                        self._store.say_once(
+                            "no-transactions",
+                            "DynamoDB server at %s has no transactions: acquire_many() falls back to "
+                            "acquiring keys one by one in sorted order, with rollback",
+                            safe_endpoint(self.options.endpoint_url),
+                        )
+                        return None
+                    if code != "TransactionCanceledException":
+                        error = self._store.translate(exc, "acquire several locks")
+                        attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+                        if not getattr(error, "retryable", False):
+                            raise error from exc
+                    else:
+                        reasons = exc.response.get("CancellationReasons") or []
+                        received = monotonic()
+                        for stored, reason in zip(ordered, reasons):
+                            if reason.get("Code") == "ConditionalCheckFailed":
+                                item = reason.get("Item")
+                                if item is None:
+                                    try:
+                                        # The loop is the retry.
+                                        item = yield Send(functools.partial(self._store.get_item, stored, attempts=1))
+                                    except DynLockError as read_error:
+                                        if not getattr(read_error, "retryable", False):
+                                            raise
+                                        item = items.get(stored)  # we only failed to look: keep what we saw
+                                items[stored] = item
+                                watches[stored] = self._waiting.observe(
+                                    watches.get(stored), item, received, attempt.owner
+                                )
+                                self._waiting.remember(stored, watches[stored])
+                                busy = busy or stored
+                        if busy is None:
+                            error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)
+                except BotoCoreError as exc:
                     error = self._store.translate(exc, "acquire several locks")
                     attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
-                    if not getattr(error, "retryable", False):
-                        raise error from exc
                 else:
-                    reasons = exc.response.get("CancellationReasons") or []
-                    received = monotonic()
-                    for stored, reason in zip(ordered, reasons):
-                        if reason.get("Code") == "ConditionalCheckFailed":
-                            item = reason.get("Item")
-                            if item is None:
-                                try:
-                                    # The loop is the retry.
-                                    item = yield Send(functools.partial(self._store.get_item, stored, attempts=1))
-                                except DynLockError as read_error:
-                                    if not getattr(read_error, "retryable", False):
-                                        raise
-                                    item = items.get(stored)  # we only failed to look: keep what we saw
-                            items[stored] = item
-                            watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
-                            self._waiting.remember(stored, watches[stored])
-                            busy = busy or stored
-                    if busy is None:
-                        error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)
-            except BotoCoreError as exc:
-                error = self._store.translate(exc, "acquire several locks")
-                attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
-            else:
-                self._store.has_transactions = True
-                leases: list[Lease] = yield Send(
-                    functools.partial(
-                        self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries)
+                    self._store.has_transactions = True
+                    leases: list[Lease] = yield Send(
+                        functools.partial(
+                            self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries)
+                        )
                     )
-                )
-                held = all(lease.is_held for lease in leases)
-                wall_stamped = not clock_was_known and self.clock.known
-                if held and not (wall_stamped and not rechecked):
-                    for stored in ordered:
-                        self._waiting.remember(stored, None)
-                    return leases
-                # Ours, but stamped by this host's wall clock (a client's first write; the
-                # reply told us DynamoDB's), or the replies came too late to use (see
-                # _acquire_steps): write again, once at once. It recognises itself.
-                attempt.ambiguous = True
-                if not rechecked:
-                    rechecked = True
-                    continue
-                error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
+                    held = all(lease.is_held for lease in leases)
+                    wall_stamped = not clock_was_known and self.clock.known
+                    if held and not (wall_stamped and not rechecked):
+                        for stored in ordered:
+                            self._waiting.remember(stored, None)
+                        return leases
+                    # Ours, but stamped by this host's wall clock (a client's first write; the
+                    # reply told us DynamoDB's), or the replies came too late to use (see
+                    # _acquire_steps): write again, once at once. It recognises itself.
+                    attempt.ambiguous = True
+                    if not rechecked:
+                        rechecked = True
+                        continue
+                    error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
             now = monotonic()
             last_busy = busy or last_busy
             if now >= terms.give_up_at:
-                # What the last look saw: a read now could outlast the wait.
-                raise self._gave_up_many(by_stored, busy, items, watches, error, now - started)
-            # Busy, or throttled (not applied): watch by reading. Any other failure is
-            # tried again as a transaction, which recognises itself if it was applied.
-            write = error is not None and not is_throttling(error)
-            throttled = throttled + 1 if is_throttling(error) else 0
+                # What the last look saw: a read now could outlast the wait. A failed
+                # look only hid who holds a key seen busy before: busy, not DynamoDB.
+                raise self._gave_up_many(by_stored, last_busy, items, watches, error, now - started)
+            # Busy, or throttled (not applied): watch by reading. Any other failure of a
+            # transaction is tried again, and recognises itself if it was applied.
+            write = write and error is not None and not is_throttling(error)
+            # A look let through halves the backoff rather than ending it (see acquiring.py).
+            throttled = throttled + 1 if is_throttling(error) else throttled // 2
             delay = self._waiting.transaction_delay(
                 tries=tries,
                 seen=[(items.get(stored), watches.get(stored)) for stored in ordered],
