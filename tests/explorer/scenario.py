@@ -475,7 +475,8 @@ class Scenario:
     def _draw_handover(self, actor: Actor, key: str, wait: float, pick: int) -> Callable[[], None]:
         """A holder hands a lease to another actor (a task's enqueuer to its worker, celery.py),
         which adopts it a while later; maybe the message is delivered twice (a second adopter),
-        maybe the handover is released too (a revoke) before or after the adoption. An actor
+        maybe the handover is released too (a revoke) before or after the adoption, and the
+        key taken anew by the giver (the task enqueued again). An actor
         that holds no lease of one key acquires ``key`` first, as an enqueuer does."""
         c, lease = self.choices, self.lease
         others = [a for a in self.actors if a is not actor]
@@ -621,6 +622,10 @@ class Scenario:
             self.world.log(f"{actor.name} release_handover failed: {exc!r}")
             return
         self.world.log(f"release_handover: {done}")
+        if done:
+            # The task will not run, so it may be sent again: the next enqueue takes the key
+            # (a QueueOnce task revoked, then queued anew), which the adopter must not hold.
+            self._acquire(actor, [handover.key], lambda cl: cl.try_acquire(handover.key))
 
     def _ttl(self) -> None:
         """DynamoDB's TTL deletes the lock items whose time to live has passed (by its clock).

@@ -151,7 +151,20 @@ def test_the_explorer_finds_a_reverted_fix(store, fix):
 
 # A schedule of the seeded sweep that catches each reverted fix: make test checks that the
 # explorer still does, and that the same schedule passes with the fix.
-CATCHES = {"ordered-writes": 1200, "release-slots": 391}
+# Issue 29's are seeds of its world (Choices(clocks=True)), found by `python -m
+# tests.explorer.sweep 400 FIX`; docs/testing.md says what each breaks.
+CATCHES = {
+    "ordered-writes": 1200,
+    "release-slots": 391,
+    # A taker whose one reply dated 5 s ahead reset its clock took an adopter's live lease.
+    "clock-outliers": 242,
+    # release_handover after the adoption freed the adopter's lease; the giver took the key.
+    "handover-seq": 44,
+    # A holder 60 s slow whose replies carry no Date stamps by its wall clock: taken at once.
+    "date-less": 168,
+    # An adopt whose replies were lost returned a lease that had ended meanwhile.
+    "adopt-restamp": 455,
+}
 
 
 def sparse(length: int, nonzero: dict[int, int]) -> list[int]:
