@@ -469,7 +469,8 @@ class Scenario:
         if kind == "break":
             return (lambda: self._break(key, targeted)), False
         if kind == "crash":
-            return (lambda: self._crash(actor)), False
+            restart = c.one_of([None, 0.5, lease, 2 * lease]) if c.clocks else None
+            return (lambda: self._crash(actor, restart)), False
         return (lambda: self._cut(actor, cut_for)), False
 
     def _draw_handover(self, actor: Actor, key: str, wait: float, pick: int) -> Callable[[], None]:
@@ -579,9 +580,7 @@ class Scenario:
             handover = lease.hand_over(keep)  # the giver's belief ends here (Upkeep.mark_released)
         except DynLockError as exc:
             self.world.log(f"{actor.name} hand_over failed: {exc!r}")
-            if not lease.is_held:
-                self.handles[actor.name].remove((handle, leases))
-            return
+            return  # still its holder's to release (a lost one too: its release write clears the key)
         self.handles[actor.name].remove((handle, leases))
         # Until adopted, nobody renews it: a dead holder's lease, taken over after its expiry
         # (or by a waiter that watches it, where no expiry is stored).
@@ -615,6 +614,8 @@ class Scenario:
         self.handles[actor.name].append((lease, [lease]))
 
     def _revoke(self, actor: Actor, handover: Any) -> None:
+        if self.world.healed:
+            return  # the end: nothing is revoked (or enqueued anew) once holders are released
         self.world.log(f"{actor.name} releases the handover of {(handover.key, handover.token)}")
         try:
             done = actor.client.release_handover(handover)
@@ -671,11 +672,15 @@ class Scenario:
 
         self.world.run_as(operator, attempt)
 
-    def _crash(self, actor: Actor) -> None:
+    def _crash(self, actor: Actor, restart: float | None = None) -> None:
         if actor.crashed:
             return
         self.world.log(f"{actor.name} crashes")
         actor.crashed = True
+        for key in [key for key, (lease, _) in self.ledger.unreported.items() if self._record(lease).actor is actor]:
+            del self.ledger.unreported[key]  # a dead process hears nothing
+        if restart is not None:
+            self.world.at(self.world.now + restart, None, lambda: self._restart(actor))
         for lease in actor.client.held:
             self.ledger.ended(lease)  # a dead process trusts nothing
         for _, leases in self.handles[actor.name]:
@@ -683,6 +688,24 @@ class Scenario:
                 self.ledger.ended(lease)
         # It may have held a key, left a write in flight, a reservation, a release to retry.
         self.ledger.excused.update(KEYS)
+
+    def _record(self, lease: Lease) -> Record:
+        rec = self.ledger.record(lease)
+        assert rec is not None
+        return rec
+
+    def _restart(self, actor: Actor) -> None:
+        """A new process on the crashed one's host (its clocks and proxy): a fresh client,
+        which has yet to learn DynamoDB's clock. Nothing of the old one runs on."""
+        if self.world.healed:
+            return
+        self.world.log(f"{actor.name} restarts")
+        actor.client._heartbeater.stop()
+        actor.generation += 1
+        actor.crashed = actor.busy = False
+        actor.dated = 0
+        self.handles[actor.name] = []
+        self._client(actor)
 
     def _cut(self, actor: Actor, seconds: float) -> None:
         self.world.log(f"{actor.name} cut off for {seconds}s")

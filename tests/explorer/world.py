@@ -130,6 +130,7 @@ class Actor:
         self.rate = rate  # how much faster than true time its clocks run
         self.mono_base = 1000.0 * (index + 1)
         self.crashed = False
+        self.generation = 0  # its process, counted up when a crashed one restarts (scenario.py)
         self.busy = False  # an operation of its own is running (one at a time per actor)
         self.cut_until = -math.inf
         self.client: Any = None
@@ -218,9 +219,10 @@ class World:
     def sleep(self, seconds: float) -> None:
         self._step()
         rate = self.actor.rate if self.actor else 0.0
+        generation = self.actor.generation if self.actor else 0
         self.run_until(self.now + max(0.0, seconds) / (1.0 + rate))
-        if self.actor is not None and self.actor.crashed:
-            raise Crashed(self.actor.name)
+        if self.actor is not None and (self.actor.crashed or self.actor.generation != generation):
+            raise Crashed(self.actor.name)  # its process crashed meanwhile (and maybe a new one started)
 
     def log(self, text: str) -> None:
         self.trace.append(f"{self.now - T0:8.3f} {text}")
