@@ -34,6 +34,8 @@ def main(count: int, fix: str | None = None, start: int = 0) -> int:
     with mock_aws():
         store = boto3.client("dynamodb", region_name=DUMMY_REGION, **DUMMY_CREDENTIALS)
         for seed in range(start, start + count):
+            if seed > start and (seed - start) % 100 == 0:
+                print(f"{seed - start} schedules ({time.monotonic() - started:.0f}s)", flush=True)
             choices = seeded(reverting, seed) if reverting else SeededChoices(seed, clocks=clocks)
             try:
                 explore(choices, store, reverting)
