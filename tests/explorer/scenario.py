@@ -5,6 +5,8 @@ condition and transactions), a lease length, three worker actors with their cloc
 skews and rates, an operator, and a program of operations at virtual times:
 acquire (waiting or not), try_acquire, acquire_many, release, extend, break, crash,
 cutting an actor's link. Every request of theirs meets a drawn fate (see world.py).
+With ``Choices(clocks=True)`` (issue 29's world) also each actor's Date source, wall
+clocks up to 60 s off, handovers, restarts after a crash and TTL deletions.
 
 Invariants (docs/protocol.md, "What the schedule explorer checks"):
 

@@ -17,7 +17,9 @@ Everything runs in one thread, in virtual time, so a schedule replays exactly:
   applied with its reply lost; applied and delivered again later; refused; an HTTP
   500 before or after it was applied; throttled. An actor's link can be cut.
 - **DynamoDB's clock.** Replies carry a ``Date`` header from the server's own
-  clock (or none, like dynalite), one-second resolution as on the wire.
+  clock (or none, like dynalite), one-second resolution as on the wire; with
+  ``Choices(clocks=True)``, what reaches an actor may have passed a proxy that strips it
+  or front ends whose clock is off for a lone reply (``Actor.strip_date``, ``outlier``).
 - **Heartbeats** are events of the world instead of a thread (:class:`SimHeartbeater`).
 
 What is drawn comes from a :class:`Choices`: Hypothesis while exploring, a recorded
