@@ -113,6 +113,24 @@ def test_counterexample_stays_fixed(store, seed):
     explore(SeededChoices(seed), store)
 
 
+# Schedules of issue 29's world that break an invariant on the engine as it is: open
+# findings, for the lead to fix. Each must keep failing (strict): once one passes, move it
+# to the counterexamples above.
+OPEN = {
+    # B's first reply took 2.4 s, so its clock bounds were 3.4 s wide; its next reply, from
+    # a clock 2 s behind, overlapped them, so ServerClock.observe took it as agreeing and
+    # narrowed the upper bound to it, 1.17 s below DynamoDB's clock. B's renewal stamped its
+    # expiry with that bound; A's acquire took the key 0.048 s before B stopped trusting it.
+    1251: "a lone reply 2 s behind, overlapping the bounds, narrowed them below DynamoDB's clock",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(OPEN))
+@pytest.mark.xfail(raises=Violation, strict=True, reason="open finding (OPEN): the engine breaks an invariant")
+def test_open_finding_still_breaks_an_invariant(store, seed):
+    explore(SeededChoices(seed, clocks=True), store)
+
+
 @pytest.mark.skipif(not LONG, reason="the long sweep runs with DYNLOCK_EXPLORE=long")
 def test_seeded_sweep(store):
     failed = []
@@ -138,8 +156,13 @@ def replayed(fix: str, replay: list[int]) -> Choices:
     return Choices(replay=replay, clocks=fix in ISSUE_29)
 
 
+# Reverted fixes that no sweep has found (900 seeds each of 5000-5900, and shorter runs):
+# their counterexamples were built by hand (SHRUNK), so the sweep below does not expect them.
+BY_HAND = {"fence-base", "release-lost"}
+
+
 @pytest.mark.skipif(not LONG, reason="runs with DYNLOCK_EXPLORE=long")
-@pytest.mark.parametrize("fix", FIXES)
+@pytest.mark.parametrize("fix", [fix for fix in FIXES if fix not in BY_HAND])
 def test_the_explorer_finds_a_reverted_fix(store, fix):
     for seed in range(5_000):
         try:
