@@ -5,6 +5,8 @@ condition and transactions), a lease length, three worker actors with their cloc
 skews and rates, an operator, and a program of operations at virtual times:
 acquire (waiting or not), try_acquire, acquire_many, release, extend, break, crash,
 cutting an actor's link. Every request of theirs meets a drawn fate (see world.py).
+With ``Choices(clocks=True)`` (issue 29's world) also each actor's Date source, wall
+clocks up to 60 s off, handovers, restarts after a crash and TTL deletions.
 
 Invariants (docs/protocol.md, "What the schedule explorer checks"):
 
@@ -48,6 +50,7 @@ from localdynamo.servers import DUMMY_REGION
 from .world import ENDPOINT, T0, Actor, Choices, Crashed, SimHeartbeater, VirtualTime, VirtualUUID, Wire, World
 
 KEYS = ["key-a", "key-b"]
+RETENTION = 5.0  # with Choices(clocks=True): TTL may delete a lock item soon (the "ttl" operation)
 TAKEOVER_SLACK = 3.0  # the no-stuck-keys bound: a dead holder's key is free within a lease + this
 EPSILON = 1e-6
 
@@ -104,6 +107,10 @@ class Ledger:
         self.excused: set[str] = set()  # keys that may stay held for a while (crash, unreachable store)
         self.slots: dict[tuple[str, str], str] = {}  # (key, release slot) -> the owner tag in it
         self.violations: list[str] = []
+        # Releases that returned while their lease had ended and went on in the background
+        # (their retry must report the loss: the lost event), and the leases it was reported for.
+        self.unreported: dict[int, tuple[Lease, str]] = {}
+        self.reported: set[int] = set()
         # How near a schedule came to the bug ordered writes prevent (a guide for Hypothesis,
         # never an invariant): the owner's latest write that reached the store, by key and
         # owner (its sequence number and expiry), and how far an older write of the same
@@ -242,14 +249,22 @@ class Ledger:
         for rec in self.records.values():
             by_key.setdefault(rec.key, []).append(rec)
         for recs in by_key.values():
-            handed = sorted((r for r in recs if r.returned is not None), key=self.granted_at)
+            # One token per acquisition: a handed-over lease's adopter has its giver's.
+            firsts: dict[str, Record] = {}
+            for rec in recs:
+                if rec.returned is not None:
+                    firsts.setdefault(rec.lease.owner, rec)
+            handed = sorted(firsts.values(), key=self.granted_at)
             for earlier, later in zip(handed, handed[1:]):
                 if later.lease.token <= earlier.lease.token:
                     self.violate(
                         f"token of {later.describe()} not above {earlier.describe()}, granted before it (invariant 2)"
                     )
             for one, other in itertools.combinations(recs, 2):
-                if one.lease.owner == other.lease.owner or self._broken_between(one, other):
+                # Leases of one acquisition in one process (an acquire's restamp) are one belief;
+                # in two (a giver and its adopter, two adopters of one handover) they are not.
+                same = one.lease.owner == other.lease.owner
+                if (same and one.actor is other.actor) or self._broken_between(one, other):
                     continue
                 for a_low, a_high in one.believed():
                     for b_low, b_high in other.believed():
@@ -259,6 +274,14 @@ class Ledger:
                                 f"{one.describe()} and {other.describe()} both believed held for {overlap:.3f}s "
                                 f"from t={max(a_low, b_low) - T0:.3f}s (invariant 1)"
                             )
+        for lease, why in self.unreported.values():
+            rec = self.record(lease)
+            assert rec is not None
+            if id(lease) not in self.reported and not rec.actor.crashed:  # a dead process hears nothing
+                self.violate(
+                    f"release() of {rec.describe()} returned and went on in the background, but {why}, "
+                    "and the retry never reported the loss (invariant 3)"
+                )
 
 
 @contextlib.contextmanager
@@ -338,12 +361,33 @@ class Scenario:
         self.world.on_apply = self.ledger.applied
         self.table = f"explore-{next(_tables)}"
         LockClient(self._options(), boto_client=store).create_table(wait=True)
+        walls = [0.0, 0.8, -0.8, 45.0, -45.0] + ([60.0, -60.0, 7.0, -7.0] if c.clocks else [])
         self.actors = [
-            Actor(i, name, wall_offset=c.one_of([0.0, 0.8, -0.8, 45.0, -45.0]), rate=c.one_of([0.0, 1e-3, -1e-3]))
+            Actor(i, name, wall_offset=c.one_of(walls), rate=c.one_of([0.0, 1e-3, -1e-3]))
             for i, name in enumerate(["A", "B", "C"])
         ]
+        if c.clocks:
+            for actor in self.actors:
+                self._draw_date_source(actor)
         self.operator = Actor(3, "operator")
         self.handles: dict[str, list[tuple[LeaseGroup | Lease, list[Lease]]]] = {a.name: [] for a in self.actors}
+        self.longest = self.lease  # the longest lease stored: a hand-over's keep may exceed the lease
+
+    def _draw_date_source(self, actor: Actor) -> None:
+        """Where the Date of an actor's replies comes from: DynamoDB's clock; DynamoDB's but for
+        one reply from another clock (a front end or an intermediary that writes its own); or
+        none, a proxy strips it while the others see it. (A proxy whose skewed clock writes
+        every reply's Date is a known limit, docs/protocol.md: not drawn.)"""
+        c = self.choices
+        source = c.weighted([("true", 3), ("outlier", 3), ("stripped", 1)])
+        if source == "outlier":
+            # One reply, or one in every few (a fleet of front ends, one of them off).
+            actor.outlier = (
+                c.one_of([1, 2, 3, 5, 8, 13]),
+                c.one_of([0, 3, 7]),
+                c.one_of([-60.0, -5.0, -2.0, 2.0, 5.0, 60.0]),
+            )
+        actor.strip_date = source == "stripped"
 
     def _options(self) -> ClientOptions:
         return ClientOptions(
@@ -352,16 +396,23 @@ class Scenario:
             region_name=DUMMY_REGION,
             lease_duration=self.lease,
             heartbeat_period=self.lease / 3,
+            # TTL may delete an item (the "ttl" operation) this long after its lease ends.
+            **({"retention": RETENTION} if self.choices.clocks else {}),
         )
 
     def _client(self, actor: Actor) -> LockClient:
         def build() -> LockClient:
             client = LockClient(self._options(), boto_client=Wire(self.world, actor))
             client._heartbeater = SimHeartbeater(self.world, actor, client._heartbeat)  # type: ignore[assignment]
+            client.add_listener(self._heard)
             return client
 
         actor.client = self.world.run_as(actor, build)
         return actor.client
+
+    def _heard(self, event: str, **info: Any) -> None:
+        if event == "lost" and "lease" in info:
+            self.ledger.reported.add(id(info["lease"]))
 
     # -- running ----------------------------------------------------------------------------
     def run(self) -> Ledger:
@@ -395,6 +446,7 @@ class Scenario:
                 ("crash", 1),
                 ("cut", 1),
             ]
+            + ([("handover", 4), ("ttl", 2)] if c.clocks else [])
         )
         key = c.one_of(KEYS)
         wait = c.one_of([0.0, 0.3, lease + 1.0])
@@ -402,6 +454,10 @@ class Scenario:
         new_lease = c.one_of([lease, lease / 2, lease * 2])
         cut_for = c.one_of([0.5, lease, 2 * lease])
         targeted = c.pick(2) == 0
+        if kind == "handover":
+            return self._draw_handover(actor, key, wait, pick), True
+        if kind == "ttl":
+            return self._ttl, False
         if kind == "acquire":
             return (lambda: self._acquire(actor, [key], lambda cl: cl.acquire(key, wait=wait))), True
         if kind == "try":
@@ -415,8 +471,25 @@ class Scenario:
         if kind == "break":
             return (lambda: self._break(key, targeted)), False
         if kind == "crash":
-            return (lambda: self._crash(actor)), False
+            restart = c.one_of([None, 0.5, lease, 2 * lease]) if c.clocks else None
+            return (lambda: self._crash(actor, restart)), False
         return (lambda: self._cut(actor, cut_for)), False
+
+    def _draw_handover(self, actor: Actor, key: str, wait: float, pick: int) -> Callable[[], None]:
+        """A holder hands a lease to another actor (a task's enqueuer to its worker, celery.py),
+        which adopts it a while later; maybe the message is delivered twice (a second adopter),
+        maybe the handover is released too (a revoke) before or after the adoption, and the
+        key taken anew by the giver (the task enqueued again). An actor
+        that holds no lease of one key acquires ``key`` first, as an enqueuer does."""
+        c, lease = self.choices, self.lease
+        others = [a for a in self.actors if a is not actor]
+        adopter = c.one_of(others)
+        keep = c.one_of([None, lease, 2 * lease])
+        delay = c.one_of([0.0, 0.1, lease / 2, lease, 2 * lease])
+        twice = c.one_of([None, 0.0, 0.1, lease])
+        revoke = c.one_of([None, None, 0.0, delay + 0.1, delay + lease])
+        second = next(a for a in others if a is not adopter)
+        return lambda: self._handover(actor, key, wait, pick, adopter, second, keep, delay, twice, revoke)
 
     def _perform(self, actor: Actor, operation: Callable[[], None], *, exclusive: bool) -> None:
         if not exclusive:  # things that happen to an actor, whatever it is doing
@@ -474,6 +547,102 @@ class Scenario:
         unconfirmed = any(lease.upkeep.release_since is not None for lease in leases)
         if why is not None and not unconfirmed:
             self.ledger.violate(f"release() of {actor.name}'s lease returned normally, but {why} (invariant 3)")
+        if why is not None and unconfirmed:
+            # Its background retry must tell the holder (the lost event, lock_lost, a WARNING).
+            for lease in leases:
+                if lease.upkeep.release_since is not None:
+                    self.ledger.unreported[id(lease)] = (lease, why)
+
+    def _handover(
+        self,
+        actor: Actor,
+        key: str,
+        wait: float,
+        pick: int,
+        adopter: Actor,
+        second: Actor,
+        keep: float | None,
+        delay: float,
+        twice: float | None,
+        revoke: float | None,
+    ) -> None:
+        handles = [(h, leases) for h, leases in self.handles[actor.name] if isinstance(h, Lease)]
+        if not handles:
+            self._acquire(actor, [key], lambda cl: cl.acquire(key, wait=wait))
+            handles = [(h, leases) for h, leases in self.handles[actor.name] if isinstance(h, Lease)]
+        if not handles:
+            return
+        handle, leases = handles[pick % len(handles)]
+        lease = leases[0]
+        if lease.upkeep.renew_lock.locked():
+            return  # its heartbeat is renewing it right now, further up the stack
+        self.world.log(f"{actor.name} hands over {(lease.key, lease.token)} (keep {keep})")
+        self.longest = max(self.longest, keep or 0.0)
+        try:
+            handover = lease.hand_over(keep)  # the giver's belief ends here (Upkeep.mark_released)
+        except DynLockError as exc:
+            self.world.log(f"{actor.name} hand_over failed: {exc!r}")
+            return  # still its holder's to release (a lost one too: its release write clears the key)
+        self.handles[actor.name].remove((handle, leases))
+        # Until adopted, nobody renews it: a dead holder's lease, taken over after its expiry
+        # (or by a waiter that watches it, where no expiry is stored).
+        self.ledger.excused.add(lease.stored_key)
+        now = self.world.now
+        for who, after in [(adopter, delay), (second, None if twice is None else delay + twice)]:
+            if after is not None:
+                self.world.at(
+                    now + after,
+                    who,
+                    lambda w=who: self._perform(w, lambda: self._adopt(w, handover), exclusive=True),
+                )
+        if revoke is not None:
+            self.world.at(
+                now + revoke, actor, lambda: self._perform(actor, lambda: self._revoke(actor, handover), exclusive=True)
+            )
+
+    def _adopt(self, actor: Actor, handover: Any) -> None:
+        if self.world.healed:
+            return  # the end: this task never runs (its lease runs out, ledger.excused)
+        if any(held.key == handover.key for held in actor.client.held):
+            return  # its own in-process gate would refuse it
+        self.world.log(f"{actor.name} adopts {(handover.key, handover.token)}")
+        try:
+            lease = actor.client.adopt(handover)
+        except DynLockError as exc:
+            self.world.log(f"{actor.name} adopt failed: {exc!r}")
+            return
+        self.ledger.check_returned([lease])
+        self.world.log(f"{actor.name} adopted {(lease.key, lease.token)}")
+        self.handles[actor.name].append((lease, [lease]))
+
+    def _revoke(self, actor: Actor, handover: Any) -> None:
+        if self.world.healed:
+            return  # the end: nothing is revoked (or enqueued anew) once holders are released
+        self.world.log(f"{actor.name} releases the handover of {(handover.key, handover.token)}")
+        try:
+            done = actor.client.release_handover(handover)
+        except DynLockError as exc:
+            self.world.log(f"{actor.name} release_handover failed: {exc!r}")
+            return
+        self.world.log(f"release_handover: {done}")
+        if done:
+            # The task will not run, so it may be sent again: the next enqueue takes the key
+            # (a QueueOnce task revoked, then queued anew), which the adopter must not hold.
+            self._acquire(actor, [handover.key], lambda cl: cl.try_acquire(handover.key))
+
+    def _ttl(self) -> None:
+        """DynamoDB's TTL deletes the lock items whose time to live has passed (by its clock).
+        Not drawn where any client cannot learn that clock: such a client starts a new fencing
+        counter from its wall clock (docs/protocol.md, known limits)."""
+        if not self.world.dates or any(actor.strip_date for actor in self.actors):
+            return
+        ttl = self._options().ttl_attribute
+        for item in self.world.store.scan(TableName=self.table, ConsistentRead=True)["Items"]:
+            if ttl in item and float(item[ttl]["N"]) < self.world.now:
+                self.world.log(f"TTL deletes {item['key']['S']}")
+                self.world.store.delete_item(TableName=self.table, Key={"key": item["key"]})
+                # A late attempt of an earlier owner may land on the fresh key: a ghost holder.
+                self.ledger.excused.add(item["key"]["S"])
 
     def _extend(self, actor: Actor, pick: int, new_lease: float) -> None:
         handles = self.handles[actor.name]
@@ -505,11 +674,15 @@ class Scenario:
 
         self.world.run_as(operator, attempt)
 
-    def _crash(self, actor: Actor) -> None:
+    def _crash(self, actor: Actor, restart: float | None = None) -> None:
         if actor.crashed:
             return
         self.world.log(f"{actor.name} crashes")
         actor.crashed = True
+        for key in [key for key, (lease, _) in self.ledger.unreported.items() if self._record(lease).actor is actor]:
+            del self.ledger.unreported[key]  # a dead process hears nothing
+        if restart is not None:
+            self.world.at(self.world.now + restart, None, lambda: self._restart(actor))
         for lease in actor.client.held:
             self.ledger.ended(lease)  # a dead process trusts nothing
         for _, leases in self.handles[actor.name]:
@@ -517,6 +690,24 @@ class Scenario:
                 self.ledger.ended(lease)
         # It may have held a key, left a write in flight, a reservation, a release to retry.
         self.ledger.excused.update(KEYS)
+
+    def _record(self, lease: Lease) -> Record:
+        rec = self.ledger.record(lease)
+        assert rec is not None
+        return rec
+
+    def _restart(self, actor: Actor) -> None:
+        """A new process on the crashed one's host (its clocks and proxy): a fresh client,
+        which has yet to learn DynamoDB's clock. Nothing of the old one runs on."""
+        if self.world.healed:
+            return
+        self.world.log(f"{actor.name} restarts")
+        actor.client._heartbeater.stop()
+        actor.generation += 1
+        actor.crashed = actor.busy = False
+        actor.dated = 0
+        self.handles[actor.name] = []
+        self._client(actor)
 
     def _cut(self, actor: Actor, seconds: float) -> None:
         self.world.log(f"{actor.name} cut off for {seconds}s")
@@ -540,7 +731,7 @@ class Scenario:
         self._client(checker)
         for key in KEYS:
             excused = key in ledger.excused
-            wait = self.lease + TAKEOVER_SLACK if excused else 0.0
+            wait = self.longest + TAKEOVER_SLACK if excused else 0.0
             started = world.now
             try:
                 lease = world.run_as(checker, lambda: checker.client.acquire(key, wait=wait))  # noqa: B023 (called in this iteration)

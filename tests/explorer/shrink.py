@@ -21,13 +21,12 @@ from moto import mock_aws
 from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
 
 from .scenario import Violation
-from .test_explorer import explore, reverting
-from .world import Choices, SeededChoices
+from .test_explorer import explore, replayed, seeded
 
 
-def breaks(store, replay: list[int], fix: str | None) -> bool:
+def breaks(store, replay: list[int], fix: str, reverted: bool) -> bool:
     try:
-        explore(Choices(replay=replay), store, rewrite=reverting(fix) if fix else None)
+        explore(replayed(fix, replay), store, fix if reverted else None)
     except Violation:
         return True
     return False
@@ -35,7 +34,7 @@ def breaks(store, replay: list[int], fix: str | None) -> bool:
 
 def shrink(store, fix: str, replay: list[int], budget: float) -> list[int]:
     def catches(candidate: list[int]) -> bool:
-        return breaks(store, candidate, fix) and not breaks(store, candidate, None)
+        return breaks(store, candidate, fix, True) and not breaks(store, candidate, fix, False)
 
     if not catches(replay):
         raise SystemExit(f"the starting schedule does not catch the reverted {fix}")
@@ -64,12 +63,12 @@ def main(fix: str, seed: int, budget: float) -> int:
     logging.disable(logging.CRITICAL)  # the engine's warnings, by the thousand
     with mock_aws():
         store = boto3.client("dynamodb", region_name=DUMMY_REGION, **DUMMY_CREDENTIALS)
-        seeded = SeededChoices(seed)
+        choices = seeded(fix, seed)
         try:
-            explore(seeded, store, rewrite=reverting(fix))
+            explore(choices, store, fix)
         except Violation:
             pass
-        replay = shrink(store, fix, seeded.log, budget)
+        replay = shrink(store, fix, choices.log, budget)
     nonzero = {at: value for at, value in enumerate(replay) if value}
     print(f"sparse({len(replay)}, {nonzero})")
     return 0

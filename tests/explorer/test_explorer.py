@@ -9,7 +9,6 @@ sweep over 20,000 seeded schedules.
 from __future__ import annotations
 
 import ast
-import copy
 import os
 import re
 import time
@@ -20,6 +19,7 @@ from hypothesis import strategies as st
 
 from localdynamo.servers import DUMMY_CREDENTIALS, DUMMY_REGION
 
+from .reverted import FIXES, reverted
 from .scenario import Ledger, Scenario, Violation
 from .world import Choices, SeededChoices
 
@@ -62,10 +62,12 @@ def guide(ledger: Ledger) -> None:
         target(ledger.takeover_margin, label="a takeover came this near a trusted lease (s)")
 
 
-def explore(choices: Choices, store, rewrite=None) -> Scenario:
-    scenario = Scenario(choices, store)
-    scenario.world.rewrite = rewrite
-    ledger = scenario.run()
+def explore(choices: Choices, store, fix: str | None = None) -> Scenario:
+    """Run one schedule (with ``fix`` reverted, reverted.py); Violation if it breaks an invariant."""
+    with reverted(fix) as rewrite:
+        scenario = Scenario(choices, store)
+        scenario.world.rewrite = rewrite
+        ledger = scenario.run()
     if ledger.violations:
         raise Violation(
             "\n".join(ledger.violations)
@@ -89,9 +91,44 @@ def test_no_schedule_breaks_an_invariant(store, data):
     explore(Choices(data), store)
 
 
+# Issue 29's world: each actor's own Date source (DynamoDB's clock, a lone outlier up to
+# 60 s off, none), wall clocks up to 60 s off, handovers (twice delivered, released after
+# the adoption) and TTL deletions. Fewer examples: every schedule also runs in the test above
+# would shift its recorded draws (world.Choices.clocks).
+@settings(
+    max_examples=1000 if LONG else 30,
+    deadline=None,
+    derandomize=not LONG,
+    database=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+@given(st.data())
+def test_no_schedule_of_disagreeing_clocks_and_handovers_breaks_an_invariant(store, data):
+    explore(Choices(data, clocks=True), store)
+
+
 @pytest.mark.parametrize("seed", sorted(COUNTEREXAMPLES))
 def test_counterexample_stays_fixed(store, seed):
     explore(SeededChoices(seed), store)
+
+
+# Schedules of issue 29's world that break an invariant on the engine as it is: open
+# findings, for the lead to fix. Each must keep failing (strict): once one passes, move it
+# to the counterexamples above.
+OPEN = {
+    # B's first reply took 2.4 s, so its clock bounds were 3.4 s wide; its next reply, from
+    # a clock 2 s behind, overlapped them, so ServerClock.observe took it as agreeing and
+    # narrowed the upper bound to it, 1.17 s below DynamoDB's clock. B's renewal stamped its
+    # expiry with that bound; A's acquire took the key 0.048 s before B stopped trusting it.
+    1251: "a lone reply 2 s behind, overlapping the bounds, narrowed them below DynamoDB's clock",
+}
+
+
+@pytest.mark.parametrize("seed", sorted(OPEN))
+@pytest.mark.xfail(raises=Violation, strict=True, reason="open finding (OPEN): the engine breaks an invariant")
+def test_open_finding_still_breaks_an_invariant(store, seed):
+    explore(SeededChoices(seed, clocks=True), store)
 
 
 @pytest.mark.skipif(not LONG, reason="the long sweep runs with DYNLOCK_EXPLORE=long")
@@ -105,37 +142,31 @@ def test_seeded_sweep(store):
     assert not failed, "\n".join(failed)
 
 
-# Fixes of earlier rounds, reverted at the wire: each request is rewritten into what the
-# engine sent before the fix. The explorer must find each again (the nightly profile).
-REVERTED = {
-    # Findings 1 and 2: renewals and acquire retries conditioned on the owner only, so a
-    # delayed one could land after a later one and move the expiry (or the rvn) back.
-    "ordered-writes": [("#owner = :me AND #seq < :seq", "#owner = :me")],
-    # Finding 5: no release-slot guard, so an attempt landing after its undo holds the key.
-    "release-slots": [
-        ("OR NOT contains(#slot, :tag))", "OR NOT contains(#slot, :tag) OR attribute_not_exists(#owner))")
-    ],
-}
+# Fixes reverted (reverted.py: at the wire, or by patching in the code from before them).
+# The explorer must find each again (the nightly profile). Issue 29's are found in the
+# schedules of its world (Choices(clocks=True): Date sources, wall clocks, handovers, TTL).
+ISSUE_29 = {"adopt-restamp", "clock-outliers", "date-less", "fence-base", "handover-seq", "release-lost"}
 
 
-def reverting(fix: str):
-    def rewrite(operation: str, params: dict) -> dict:
-        params = copy.deepcopy(params)
-        for update in [entry["Update"] for entry in params.get("TransactItems", [])] or [params]:
-            for old, new in REVERTED[fix]:
-                if "ConditionExpression" in update:
-                    update["ConditionExpression"] = update["ConditionExpression"].replace(old, new)
-        return params
+def seeded(fix: str | None, seed: int) -> SeededChoices:
+    return SeededChoices(seed, clocks=fix in ISSUE_29)
 
-    return rewrite
+
+def replayed(fix: str, replay: list[int]) -> Choices:
+    return Choices(replay=replay, clocks=fix in ISSUE_29)
+
+
+# Reverted fixes that no sweep has found (900 seeds each of 5000-5900, and shorter runs):
+# their counterexamples were built by hand (SHRUNK), so the sweep below does not expect them.
+BY_HAND = {"fence-base", "release-lost"}
 
 
 @pytest.mark.skipif(not LONG, reason="runs with DYNLOCK_EXPLORE=long")
-@pytest.mark.parametrize("fix", sorted(REVERTED))
+@pytest.mark.parametrize("fix", [fix for fix in FIXES if fix not in BY_HAND])
 def test_the_explorer_finds_a_reverted_fix(store, fix):
     for seed in range(5_000):
         try:
-            explore(SeededChoices(seed), store, rewrite=reverting(fix))
+            explore(seeded(fix, seed), store, fix)
         except Violation:
             return
     pytest.fail(f"5,000 schedules did not find the bug that {fix} fixed")
@@ -143,7 +174,20 @@ def test_the_explorer_finds_a_reverted_fix(store, fix):
 
 # A schedule of the seeded sweep that catches each reverted fix: make test checks that the
 # explorer still does, and that the same schedule passes with the fix.
-CATCHES = {"ordered-writes": 1200, "release-slots": 391}
+# Issue 29's are seeds of its world (Choices(clocks=True)), found by `python -m
+# tests.explorer.sweep 400 FIX`; docs/testing.md says what each breaks.
+CATCHES = {
+    "ordered-writes": 1200,
+    "release-slots": 391,
+    # A taker whose one reply dated 5 s ahead reset its clock took an adopter's live lease.
+    "clock-outliers": 242,
+    # release_handover after the adoption freed the adopter's lease; the giver took the key.
+    "handover-seq": 44,
+    # A holder 60 s slow whose replies carry no Date stamps by its wall clock: taken at once.
+    "date-less": 168,
+    # An adopt whose replies were lost returned a lease that had ended meanwhile.
+    "adopt-restamp": 455,
+}
 
 
 def sparse(length: int, nonzero: dict[int, int]) -> list[int]:
@@ -160,6 +204,21 @@ def sparse(length: int, nonzero: dict[int, int]) -> list[int]:
 # the default one. The ordered writes: thirteen.
 SHRUNK = {
     "release-slots": sparse(90, {0: 1, 9: 7, 86: 70, 89: 4}),
+    # Issue 29's world (Choices(clocks=True)): CATCHES' seeds shrunk the same way.
+    "clock-outliers": sparse(66, {11: 3, 14: 4, 15: 5, 61: 1, 62: 2, 65: 1}),
+    "handover-seq": sparse(30, {11: 3, 18: 21, 29: 3}),
+    "date-less": sparse(45, {3: 6, 9: 6, 11: 3, 15: 3, 43: 1, 44: 1}),
+    # Built by hand from the draw order (none of the sweeps run found one), then shrunk:
+    # TTL deletes a released key, and a fresh client 60 s slow whose first read was refused
+    # starts a new counter from its wall clock, below the token issued before.
+    "fence-base": sparse(62, {3: 6, 12: 3, 14: 1, 22: 1, 23: 1, 24: 6, 31: 5, 33: 25, 61: 86}),
+    # Built likewise: a break, then the holder cut off releases; its release goes on in the
+    # background, finds the break once the link is back, and must say so.
+    "release-lost": sparse(74, {12: 3, 22: 1, 24: 17, 33: 20, 38: 2, 40: 1, 42: 6, 70: 1, 73: 1}),
+    "adopt-restamp": sparse(
+        91,
+        {1: 1, 11: 3, 15: 4, 18: 6, 26: 1, 27: 21, 29: 1, 35: 1, 40: 1, 50: 6, 59: 6, 70: 86, 72: 94, 79: 76, 90: 70},
+    ),
     "ordered-writes": sparse(
         121, {1: 2, 9: 7, 30: 17, 36: 1, 38: 1, 57: 17, 63: 1, 64: 4, 65: 1, 68: 2, 100: 94, 117: 70, 120: 5}
     ),
@@ -169,15 +228,15 @@ SHRUNK = {
 @pytest.mark.parametrize("fix", sorted(SHRUNK))
 def test_a_shrunk_counterexample_still_catches_its_reverted_fix(store, fix):
     with pytest.raises(Violation):
-        explore(Choices(replay=SHRUNK[fix]), store, rewrite=reverting(fix))
-    explore(Choices(replay=SHRUNK[fix]), store)
+        explore(replayed(fix, SHRUNK[fix]), store, fix)
+    explore(replayed(fix, SHRUNK[fix]), store)
 
 
 @pytest.mark.parametrize("fix", sorted(CATCHES))
 def test_a_reverted_fix_is_caught(store, fix):
     with pytest.raises(Violation):
-        explore(SeededChoices(CATCHES[fix]), store, rewrite=reverting(fix))
-    explore(SeededChoices(CATCHES[fix]), store)
+        explore(seeded(fix, CATCHES[fix]), store, fix)
+    explore(seeded(fix, CATCHES[fix]), store)
 
 
 # Hypothesis finds a reverted fix by itself, and shrinks the schedule, for the release
@@ -194,14 +253,14 @@ def test_hypothesis_finds_and_shrinks_the_reverted_release_slots(store):
     )
     @given(st.data())
     def schedules(data):
-        explore(Choices(data), store, rewrite=reverting("release-slots"))
+        explore(Choices(data), store, "release-slots")
 
     with pytest.raises(Violation) as found:
         schedules()
     replay = ast.literal_eval(re.search(r"replay with Choices\(replay=(\[.*?\])\)", str(found.value)).group(1))
     print(f"\nshrunk to {len(replay)} choices: {replay}")
     with pytest.raises(Violation):  # the shrunk schedule replays the bug...
-        explore(Choices(replay=replay), store, rewrite=reverting("release-slots"))
+        explore(Choices(replay=replay), store, "release-slots")
     explore(Choices(replay=replay), store)  # ...which the fix prevents
 
 
@@ -233,7 +292,7 @@ def test_hypothesis_finds_and_shrinks_the_reverted_ordered_writes(store):
         if len(tried) % 250 == 0:
             print(f"\n{fix}: {len(tried)} examples, {time.monotonic() - started:.0f}s", flush=True)
         try:
-            ledger = explore(Choices(data, ambush=True), store, rewrite=reverting(fix)).ledger
+            ledger = explore(Choices(data, ambush=True), store, fix).ledger
         except Violation:
             if not found_at:
                 found_at.append((len(tried), time.monotonic() - started))
@@ -249,5 +308,5 @@ def test_hypothesis_finds_and_shrinks_the_reverted_ordered_writes(store):
         f"{sum(1 for v in replay if v)} not 0: {replay}"
     )
     with pytest.raises(Violation):  # the shrunk schedule replays the bug...
-        explore(Choices(replay=replay, ambush=True), store, rewrite=reverting(fix))
+        explore(Choices(replay=replay, ambush=True), store, fix)
     explore(Choices(replay=replay, ambush=True), store)  # ...which the fix prevents

@@ -17,7 +17,9 @@ Everything runs in one thread, in virtual time, so a schedule replays exactly:
   applied with its reply lost; applied and delivered again later; refused; an HTTP
   500 before or after it was applied; throttled. An actor's link can be cut.
 - **DynamoDB's clock.** Replies carry a ``Date`` header from the server's own
-  clock (or none, like dynalite), one-second resolution as on the wire.
+  clock (or none, like dynalite), one-second resolution as on the wire; with
+  ``Choices(clocks=True)``, what reaches an actor may have passed a proxy that strips it
+  or front ends whose clock is off for a lone reply (``Actor.strip_date``, ``outlier``).
 - **Heartbeats** are events of the world instead of a thread (:class:`SimHeartbeater`).
 
 What is drawn comes from a :class:`Choices`: Hypothesis while exploring, a recorded
@@ -61,10 +63,17 @@ class Choices:
     """Where a schedule's decisions come from. 0 is always the most ordinary choice,
     so that Hypothesis, shrinking towards 0, shrinks towards a schedule without faults."""
 
-    def __init__(self, data: Any = None, replay: list[int] | None = None, *, ambush: bool = False):
+    def __init__(
+        self, data: Any = None, replay: list[int] | None = None, *, ambush: bool = False, clocks: bool = False
+    ):
         self._data = data
         self._replay = list(replay or [])
         self.log: list[int] = []
+        # Whether the schedule draws issue 29's world (scenario.py): each actor's own Date
+        # source (the true clock, a lone outlier, none) and wall clocks up to 60 s off, and
+        # handovers. Off by default, so that the seeds and replays recorded before it keep
+        # their schedules.
+        self.clocks = clocks
         # Whether a request held in the network may wait for another actor's takeover of the
         # same key and land just before it (World.AMBUSH, RIVAL): the search for the reverted
         # ordered writes and its replays. Off by default, so that every other search, replay
@@ -104,8 +113,8 @@ class SeededChoices(Choices):
     a change that adds or removes one shifts the stream after it (so do recorded lists).
     """
 
-    def __init__(self, seed: int):
-        super().__init__()
+    def __init__(self, seed: int, *, clocks: bool = False):
+        super().__init__(clocks=clocks)
         self._random = random.Random(seed)
 
     def pick(self, n: int) -> int:
@@ -123,9 +132,18 @@ class Actor:
         self.rate = rate  # how much faster than true time its clocks run
         self.mono_base = 1000.0 * (index + 1)
         self.crashed = False
+        self.generation = 0  # its process, counted up when a crashed one restarts (scenario.py)
         self.busy = False  # an operation of its own is running (one at a time per actor)
         self.cut_until = -math.inf
         self.client: Any = None
+        # Its Date source (Choices(clocks=True)): whether a proxy strips the Date from its
+        # replies; how far a proxy's clock that writes the Date of all its replies is off
+        # (whole seconds); and lone outliers: (the first of its dated replies dated off, then
+        # every how many, 0 for that one only; how far off).
+        self.strip_date = False
+        self.date_skew = 0.0
+        self.outlier: tuple[int, int, float] | None = None
+        self.dated = 0  # its replies that carried a Date
 
     def mono(self, t: float) -> float:
         return self.mono_base + (t - T0) * (1.0 + self.rate)
@@ -203,9 +221,10 @@ class World:
     def sleep(self, seconds: float) -> None:
         self._step()
         rate = self.actor.rate if self.actor else 0.0
+        generation = self.actor.generation if self.actor else 0
         self.run_until(self.now + max(0.0, seconds) / (1.0 + rate))
-        if self.actor is not None and self.actor.crashed:
-            raise Crashed(self.actor.name)
+        if self.actor is not None and (self.actor.crashed or self.actor.generation != generation):
+            raise Crashed(self.actor.name)  # its process crashed meanwhile (and maybe a new one started)
 
     def log(self, text: str) -> None:
         self.trace.append(f"{self.now - T0:8.3f} {text}")
@@ -238,7 +257,7 @@ class World:
         api = self.store.meta.method_to_api_mapping[operation]
         if operation == "transact_write_items" and not self.transactions:
             self.sleep(0.002)
-            raise self._error(api, "UnknownOperationException", 400)
+            raise self._error(api, "UnknownOperationException", 400, actor)
         if operation in WRITES:
             self._spring(actor, params)
         if self.healed:
@@ -268,20 +287,21 @@ class World:
             raise EndpointConnectionError(endpoint_url=ENDPOINT)
         if fate == "throttled":
             self.sleep(there)
-            raise self._error(api, "ProvisionedThroughputExceededException", 400)
+            raise self._error(api, "ProvisionedThroughputExceededException", 400, actor)
         if fate == "500":
             self.sleep(there)
-            raise self._error(api, "InternalServerError", 500)
+            raise self._error(api, "InternalServerError", 500, actor)
         self.sleep(there)
         if actor.crashed:
             raise Crashed(actor.name)
-        outcome = self._apply(operation, params)
+        # A lost reply's Date reaches nobody (and counts for no outlier, see _date_header).
+        outcome = self._apply(operation, params, to=None if fate in ("reply_lost", "500_applied") else actor)
         if fate == "reply_lost":
             self.sleep(timeout)
             raise ReadTimeoutError(endpoint_url=ENDPOINT)
         if fate == "500_applied":
             self.sleep(self.choices.one_of([0.002, 0.2]))
-            raise self._error(api, "InternalServerError", 500)
+            raise self._error(api, "InternalServerError", 500, actor)
         self.sleep(self.choices.one_of([0.002, 0.02, 0.2]))
         if isinstance(outcome, ClientError):
             raise outcome
@@ -318,9 +338,11 @@ class World:
                 self.log(f"{held_by.name}'s request held for a rival: {actor.name} sends on its key")
                 land()
 
-    def _apply(self, operation: str, params: dict[str, Any], *, copy: bool = False) -> dict[str, Any] | ClientError:
-        """The request reaches the store: its reply as the sender would see it."""
-        date = self._date_header()
+    def _apply(
+        self, operation: str, params: dict[str, Any], *, copy: bool = False, to: Actor | None = None
+    ) -> dict[str, Any] | ClientError:
+        """The request reaches the store: its reply as the sender (``to``, None if nobody waits) would see it."""
+        date = self._date_header(to)
         try:
             reply = getattr(self.store, operation)(**_deepcopy(params))
         except ClientError as exc:
@@ -340,9 +362,20 @@ class World:
             self.on_apply(operation, params, reply, copy)
         return reply
 
-    def _date_header(self) -> str | None:
-        # The server's clock is the world's true clock; HTTP dates have whole seconds.
-        return formatdate(math.floor(self.now), usegmt=True) if self.dates else None
+    def _date_header(self, to: Actor | None) -> str | None:
+        # The server's clock is the world's true clock; HTTP dates have whole seconds. What
+        # reaches an actor may have passed a proxy that strips or rewrites it.
+        if not self.dates or (to is not None and to.strip_date):
+            return None
+        date = self.now
+        if to is not None:
+            date += to.date_skew
+            if to.outlier is not None:
+                first, every, off = to.outlier
+                if to.dated == first or (every and to.dated > first and (to.dated - first) % every == 0):
+                    date += off
+            to.dated += 1
+        return formatdate(math.floor(date), usegmt=True)
 
     @staticmethod
     def _set_date(response: dict[str, Any], date: str | None) -> None:
@@ -351,12 +384,12 @@ class World:
         if date is not None:
             headers["date"] = date
 
-    def _error(self, api: str, code: str, status: int) -> ClientError:
+    def _error(self, api: str, code: str, status: int, to: Actor) -> ClientError:
         response: dict[str, Any] = {
             "Error": {"Code": code, "Message": "injected by the schedule explorer"},
             "ResponseMetadata": {"HTTPStatusCode": status, "HTTPHeaders": {}},
         }
-        self._set_date(response, self._date_header())
+        self._set_date(response, self._date_header(to))
         return ClientError(response, api)
 
 
