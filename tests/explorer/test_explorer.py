@@ -113,21 +113,21 @@ def test_counterexample_stays_fixed(store, seed):
     explore(SeededChoices(seed), store)
 
 
-# Schedules of issue 29's world that break an invariant on the engine as it is: open
-# findings, for the lead to fix. Each must keep failing (strict): once one passes, move it
-# to the counterexamples above.
-OPEN = {
+# Schedules of the seeded sweep of issue 29's world that broke an invariant, and what was
+# fixed for each. Each fails on the engine before its fix and passes now.
+CLOCK_COUNTEREXAMPLES = {
     # B's first reply took 2.4 s, so its clock bounds were 3.4 s wide; its next reply, from
     # a clock 2 s behind, overlapped them, so ServerClock.observe took it as agreeing and
     # narrowed the upper bound to it, 1.17 s below DynamoDB's clock. B's renewal stamped its
     # expiry with that bound; A's acquire took the key 0.048 s before B stopped trusting it.
+    # Fixed: no reply narrows the bounds alone (a bound moves inwards as far as this reply
+    # and the one before it both allow).
     1251: "a lone reply 2 s behind, overlapping the bounds, narrowed them below DynamoDB's clock",
 }
 
 
-@pytest.mark.parametrize("seed", sorted(OPEN))
-@pytest.mark.xfail(raises=Violation, strict=True, reason="open finding (OPEN): the engine breaks an invariant")
-def test_open_finding_still_breaks_an_invariant(store, seed):
+@pytest.mark.parametrize("seed", sorted(CLOCK_COUNTEREXAMPLES))
+def test_counterexample_of_disagreeing_clocks_stays_fixed(store, seed):
     explore(SeededChoices(seed, clocks=True), store)
 
 
