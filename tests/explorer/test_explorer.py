@@ -78,14 +78,19 @@ def explore(choices: Choices, store, fix: str | None = None) -> Scenario:
     return scenario
 
 
-@settings(
-    max_examples=3000 if LONG else 100,
-    deadline=None,
-    derandomize=not LONG,
-    database=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+def searching(max_examples: int):
+    """The Hypothesis settings of a search: derandomized in make test, fresh in the long profile."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        derandomize=not LONG,
+        database=None,
+        phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+    )
+
+
+@searching(3000 if LONG else 100)
 @given(st.data())
 def test_no_schedule_breaks_an_invariant(store, data):
     explore(Choices(data), store)
@@ -95,14 +100,7 @@ def test_no_schedule_breaks_an_invariant(store, data):
 # 60 s off, none), wall clocks up to 60 s off, handovers (twice delivered, released after
 # the adoption) and TTL deletions. Fewer examples: every schedule also runs in the test above
 # would shift its recorded draws (world.Choices.clocks).
-@settings(
-    max_examples=1000 if LONG else 30,
-    deadline=None,
-    derandomize=not LONG,
-    database=None,
-    phases=[Phase.explicit, Phase.reuse, Phase.generate, Phase.target, Phase.shrink],
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
+@searching(1000 if LONG else 30)
 @given(st.data())
 def test_no_schedule_of_disagreeing_clocks_and_handovers_breaks_an_invariant(store, data):
     explore(Choices(data, clocks=True), store)
