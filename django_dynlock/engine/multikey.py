@@ -48,6 +48,18 @@ class Progress:
             attempt.ambiguous = True
 
 
+@dataclass(frozen=True)
+class TransactionLook:
+    """What one transaction of acquire_many found: the leases when it applied; else the
+    failure, or the first key another holds; ``unsupported`` when the server has no
+    transactions."""
+
+    leases: list[Lease] | None = None
+    error: DynLockError | None = None
+    busy: str | None = None
+    unsupported: bool = False
+
+
 class MultiKey(Acquiring):
     """acquire_many(): the transaction, its fallback, and reading back the tokens."""
 
@@ -249,73 +261,17 @@ class MultiKey(Acquiring):
                     continue
             else:
                 clock_was_known = self.clock.known
-                attempt.seq += 1
-                updates = []
-                expiries = []
-                for stored in ordered:
-                    watch = watches.get(stored)
-                    takeover = watch.takeover_rvn(now) if watch is not None else None
-                    request, expires = self._acquire_request(stored, attempt, terms, takeover)
-                    updates.append({"Update": {"TableName": self.options.table_name, **request}})
-                    expiries.append(expires)
-                sent = monotonic()
-                error = None
-                try:
-                    yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
-                except ClientError as exc:
-                    code = error_code(exc)
-                    if code == "UnknownOperationException":
-                        self._store.has_transactions = False
-                        self._store.say_once(
-                            "no-transactions",
-                            "DynamoDB server at %s has no transactions: acquire_many() falls back to "
-                            "acquiring keys one by one in sorted order, with rollback",
-                            safe_endpoint(self.options.endpoint_url),
-                        )
-                        return None
-                    if code != "TransactionCanceledException":
-                        error = self._store.translate(exc, "acquire several locks")
-                        attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
-                        if not getattr(error, "retryable", False):
-                            raise error from exc
-                    else:
-                        reasons = exc.response.get("CancellationReasons") or []
-                        received = monotonic()
-                        for stored, reason in zip(ordered, reasons):
-                            if reason.get("Code") == "ConditionalCheckFailed":
-                                item = reason.get("Item")
-                                if item is None:
-                                    try:
-                                        # The loop is the retry.
-                                        item = yield Send(functools.partial(self._store.get_item, stored, attempts=1))
-                                    except DynLockError as read_error:
-                                        if not getattr(read_error, "retryable", False):
-                                            raise
-                                        item = items.get(stored)  # we only failed to look: keep what we saw
-                                items[stored] = item
-                                watches[stored] = self._waiting.observe(
-                                    watches.get(stored), item, received, attempt.owner
-                                )
-                                self._waiting.remember(stored, watches[stored])
-                                busy = busy or stored
-                        if busy is None:
-                            error = BackendError("transaction conflict", code="TransactionConflict", retryable=True)
-                except BotoCoreError as exc:
-                    error = self._store.translate(exc, "acquire several locks")
-                    attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
-                else:
-                    self._store.has_transactions = True
-                    leases: list[Lease] = yield Send(
-                        functools.partial(
-                            self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries)
-                        )
-                    )
-                    held = all(lease.is_held for lease in leases)
+                look = yield from self._transaction_look_steps(by_stored, ordered, terms, attempt, items, watches, now)
+                if look.unsupported:
+                    return None
+                error, busy = look.error, look.busy
+                if look.leases is not None:
+                    held = all(lease.is_held for lease in look.leases)
                     wall_stamped = not clock_was_known and self.clock.known
                     if held and not (wall_stamped and not rechecked):
                         for stored in ordered:
                             self._waiting.remember(stored, None)
-                        return leases
+                        return look.leases
                     # Ours, but stamped by this host's wall clock (a client's first write; the
                     # reply told us DynamoDB's), or the replies came too late to use (see
                     # _acquire_steps): write again, once at once. It recognises itself.
@@ -344,6 +300,81 @@ class MultiKey(Acquiring):
             )
             tries += 1
             yield Sleep(delay)
+
+    def _transaction_look_steps(
+        self,
+        by_stored: dict[str, str],
+        ordered: list[str],
+        terms: Terms,
+        attempt: Attempt,
+        items: dict[str, dict[str, Any] | None],
+        watches: dict[str, Watch | None],
+        now: float,
+    ) -> Steps[TransactionLook]:
+        """One TransactWriteItems of every key; updates ``items`` and the watches of the
+        keys whose conditions failed."""
+        attempt.seq += 1
+        updates = []
+        expiries = []
+        for stored in ordered:
+            watch = watches.get(stored)
+            takeover = watch.takeover_rvn(now) if watch is not None else None
+            request, expires = self._acquire_request(stored, attempt, terms, takeover)
+            updates.append({"Update": {"TableName": self.options.table_name, **request}})
+            expiries.append(expires)
+        sent = monotonic()
+        try:
+            yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
+        except ClientError as exc:
+            code = error_code(exc)
+            if code == "UnknownOperationException":
+                self._store.has_transactions = False
+                self._store.say_once(
+                    "no-transactions",
+                    "DynamoDB server at %s has no transactions: acquire_many() falls back to "
+                    "acquiring keys one by one in sorted order, with rollback",
+                    safe_endpoint(self.options.endpoint_url),
+                )
+                return TransactionLook(unsupported=True)
+            if code != "TransactionCanceledException":
+                error = self._store.translate(exc, "acquire several locks")
+                attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+                if not getattr(error, "retryable", False):
+                    raise error from exc
+                return TransactionLook(error=error)
+            busy: str | None = None
+            reasons = exc.response.get("CancellationReasons") or []
+            received = monotonic()
+            for stored, reason in zip(ordered, reasons):
+                if reason.get("Code") != "ConditionalCheckFailed":
+                    continue
+                item = reason.get("Item")
+                if item is None:
+                    try:
+                        # The loop is the retry.
+                        item = yield Send(functools.partial(self._store.get_item, stored, attempts=1))
+                    except DynLockError as read_error:
+                        if not getattr(read_error, "retryable", False):
+                            raise
+                        item = items.get(stored)  # we only failed to look: keep what we saw
+                items[stored] = item
+                watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
+                self._waiting.remember(stored, watches[stored])
+                busy = busy or stored
+            if busy is None:
+                return TransactionLook(
+                    error=BackendError("transaction conflict", code="TransactionConflict", retryable=True)
+                )
+            return TransactionLook(busy=busy)
+        except BotoCoreError as exc:
+            error = self._store.translate(exc, "acquire several locks")
+            attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+            return TransactionLook(error=error)
+        self._store.has_transactions = True
+        leases: list[Lease] = yield Send(
+            functools.partial(self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries))
+        )
+        return TransactionLook(leases=leases)
 
     def _read_busy_steps(
         self,
