@@ -60,8 +60,7 @@ myst_fence_as_directive: list[str] = []
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
 autodoc_typehints_format = "short"
-autodoc_class_signature = "separated"
-autodoc_default_options = {"show-inheritance": True}
+autodoc_default_options: dict[str, object] = {}
 # Types that are Any to the package (no hints) or internal aliases that autodoc cannot
 # resolve to a documented page: nitpicky mode stays off, so they are shown as written.
 nitpicky = False
