@@ -15,7 +15,7 @@
 #                    3.13 or 3.12 found (PATH, then pyenv), on DynamoDB Local
 #   make test-django the same on another Django and Python: make test-django DJANGO=6.0 PY=3.12
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin), in its own .venv-demo
-#   make clean       remove venvs, node_modules and .demo
+#   make clean       remove venvs, node_modules, .demo and the built docs
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k acquire"; workers: make test TEST_WORKERS=2
 # (TEST_WORKERS=0: one process). One test alone: .venv/bin/python -m pytest tests/test_engine.py::NAME
@@ -190,4 +190,4 @@ run: $(VENV_DEMO)/.installed $(if $(filter local,$(DYNAMODB)),node java)
 	$(VENV_DEMO)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
 
 clean:
-	rm -rf $(VENV) .venv-django* $(VENV_DEMO) $(UV_HOME) node_modules .demo
+	rm -rf $(VENV) .venv-django* $(VENV_DEMO) $(UV_HOME) node_modules .demo docs/_build
