@@ -9,11 +9,13 @@
 #   make test        full test suite on pytest-xdist workers, the newest-Django pass (test-latest)
 #                    beside it, then the solo tests alone
 #   make lint        ruff (format check and lint) over the repository, mypy over the package
+#   make docs        the docs site (Sphinx, MyST, API reference from the docstrings) into
+#                    docs/_build/html; strict: any warning fails it
 #   make test-latest the Django-facing tests (-m "not slow") on Django 6.1 and the newest Python
 #                    3.13 or 3.12 found (PATH, then pyenv), on DynamoDB Local
 #   make test-django the same on another Django and Python: make test-django DJANGO=6.0 PY=3.12
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin), in its own .venv-demo
-#   make clean       remove venvs, node_modules and .demo
+#   make clean       remove venvs, node_modules, .demo and the built docs
 #
 # Extra pytest arguments: make test PYTEST_ARGS="-x -k acquire"; workers: make test TEST_WORKERS=2
 # (TEST_WORKERS=0: one process). One test alone: .venv/bin/python -m pytest tests/test_engine.py::NAME
@@ -41,7 +43,7 @@ DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_d
 	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py \
 	tests/test_i18n.py tests/test_display.py
 
-.PHONY: venv node java browser postgresql gettext lint test test-latest test-django test-endpoint run clean
+.PHONY: venv node java browser postgresql gettext lint docs test test-latest test-django test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -57,7 +59,7 @@ $(UV):
 
 $(VENV)/.installed: $(PY_DEPS) | $(UV)
 	$(UV) venv --quiet --seed --allow-existing --python $(PYTHON) $(VENV)
-	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet -e '.[dev]'
+	VIRTUAL_ENV=$(VENV) $(UV) pip install --quiet -e '.[dev,docs]'
 	touch $@
 
 node: $(DYNALITE)
@@ -108,6 +110,12 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/mypy
+
+# The docs site, as Read the Docs builds it (.readthedocs.yaml). -W --keep-going: every
+# warning (a broken link or anchor, a docstring autodoc cannot read) fails the build, and
+# all of them are listed, not only the first. -E: no stale pages from an earlier build.
+docs: venv
+	$(VENV)/bin/python -m sphinx -b html -W --keep-going -E -q docs docs/_build/html
 
 # The newest-Django pass runs beside the parallel pass, on LATEST_WORKERS workers of its
 # own, its output kept in LATEST_LOG and printed after: it uses the CPU the parallel pass
@@ -182,4 +190,4 @@ run: $(VENV_DEMO)/.installed $(if $(filter local,$(DYNAMODB)),node java)
 	$(VENV_DEMO)/bin/python scripts/demo.py --dynamodb $(DYNAMODB)
 
 clean:
-	rm -rf $(VENV) .venv-django* $(VENV_DEMO) $(UV_HOME) node_modules .demo
+	rm -rf $(VENV) .venv-django* $(VENV_DEMO) $(UV_HOME) node_modules .demo docs/_build

@@ -314,6 +314,28 @@ class dynamo_lock:
     As a decorator: ``@dynamo_lock("order:{order_id}", wait=2)`` on functions, views,
     methods and coroutines. As a context manager: ``with dynamo_lock("export") as
     lease:``. Several keys are acquired atomically. See docs/decorator.md.
+
+    :param keys: key templates filled from the call's arguments (``"order:{order_id}"``,
+        ``"{self.pk}"``), plain keys, or callables that return a key or a list of keys;
+        none: the function's dotted name.
+    :param wait: seconds to wait for a busy key; None: the alias' ``WAIT_TIMEOUT``.
+    :param lease: seconds the lease lasts without renewal; None: ``LEASE_DURATION``.
+    :param using: the ``DYNLOCK`` alias.
+    :param on_busy: what a call that finds the key busy gets: ``"raise"``
+        (LockNotAcquired; the default outside views), ``"skip"`` (None, without calling),
+        ``"retry"`` (a Celery task retries), an HTTP status code (views; 423 by default),
+        or a callable ``(request_or_None, error)``.
+    :param on_lost: ``"raise"`` LockLost after the function returns if its lease ended
+        while it ran, or ``"log"`` only.
+    :param on_error: what a call gets when DynamoDB is throttled, failing or unreachable
+        (a retryable BackendError): ``"raise"`` (the default outside views), an HTTP
+        status code (views; 503 with Retry-After by default), or a callable
+        ``(request_or_None, error)``. Not accepted by a ``with`` block.
+    :param reentrant: the same thread or asyncio task may re-enter a key it holds
+        through ``dynamo_lock`` without a second write.
+    :param holder: metadata stored with the lease (a dict of strings).
+    :param quote: percent-encode each value filled into a template, so that no value
+        can write the template's separator (decorators only).
     """
 
     def __init__(

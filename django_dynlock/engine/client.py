@@ -91,7 +91,19 @@ class LockClient(MultiKey, Breaking, HandingOver):
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
     ) -> Lease:
-        """Acquire ``key``, waiting up to ``wait`` seconds; raise LockNotAcquired if busy."""
+        """Acquire ``key``, waiting up to ``wait`` seconds; raise LockNotAcquired if busy.
+
+        :param key: the lock key (the alias' ``KEY_PREFIX`` is added when stored).
+        :param wait: seconds to wait for a busy key; None: the alias' ``WAIT_TIMEOUT``.
+            A hard bound: the call returns within ``wait`` plus one request's timeout.
+        :param lease: seconds the lease lasts without renewal; None: ``LEASE_DURATION``.
+            The heartbeat renews it while it is held.
+        :param holder: metadata stored with the lease (a dict of strings, at most 4 KB),
+            shown by ``get()``, ``leases()``, ``showlocks`` and the admin.
+        :raises LockNotAcquired: the key is still busy when ``wait`` runs out.
+        :raises BackendError: DynamoDB could not be asked (``retryable`` says whether
+            later may help).
+        """
         self._check_open()
         stored = self.options.prefixed(key)
         it.holder_map(holder)  # refused before any request if too large
@@ -127,7 +139,12 @@ class LockClient(MultiKey, Breaking, HandingOver):
         holder: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> Lease | None:
-        """Exactly one attempt: the Lease, or None when the key is busy."""
+        """Exactly one attempt: the Lease, or None when the key is busy.
+
+        A crashed holder's lease whose expiry has passed is taken over. A client's very
+        first attempt on a busy key may be followed at once by a second write, once the
+        first reply has told it DynamoDB's clock. ``wait=`` is refused (InvalidArgument).
+        """
         if "wait" in kwargs:
             raise InvalidArgument("try_acquire() makes exactly one attempt and takes no wait=; use acquire(wait=...)")
         if kwargs:
@@ -148,7 +165,11 @@ class LockClient(MultiKey, Breaking, HandingOver):
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
     ) -> LeaseGroup:
-        """Acquire all ``keys`` or none: one TransactWriteItems (ordered fallback without transactions)."""
+        """Acquire all ``keys`` or none: one TransactWriteItems (ordered fallback without transactions).
+
+        At most 100 keys; ``wait``, ``lease`` and ``holder`` as for :meth:`acquire`. Raises
+        LockNotAcquired (``key`` names a busy one) if they are not all free within ``wait``.
+        """
         by_stored = self._many_keys("acquire_many", keys, holder)
         return self._acquire_all(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
 

@@ -32,9 +32,15 @@ __all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "Upkeep"]
 
 
 class LeaseState(str, enum.Enum):  # noqa: UP042 (str(state) stays "LeaseState.HELD")
+    """Where a :class:`Lease` stands, as its holder sees it (``lease.state``)."""
+
+    #: Held, and renewed in the background.
     HELD = "held"
-    AT_RISK = "at_risk"  # a renewal failed; the lease is still valid for remaining()
+    #: A renewal failed; the lease is still valid for ``remaining()`` and renewals go on.
+    AT_RISK = "at_risk"
+    #: Ended before its release: expired, taken over, broken (``lost_reason`` says which).
     LOST = "lost"
+    #: Released by its holder.
     RELEASED = "released"
 
 
@@ -67,7 +73,13 @@ def release_quietly_if_failing(handle: _ReleasedOnExit, exc: BaseException | Non
 
 
 class Lease(_ReleasedOnExit):
-    """A held lock on one key. Use as a context manager, or call :meth:`release`."""
+    """A held lock on one key. Use as a context manager, or call :meth:`release`.
+
+    Returned by :meth:`LockClient.acquire` and its kin; not built by hand. While it is
+    held, the client's heartbeat thread renews it. :attr:`is_held`, :meth:`remaining`
+    and :meth:`raise_if_lost` are local checks (no network); :meth:`extend`,
+    :meth:`keep_for`, :meth:`hand_over`, :meth:`release` and :meth:`info` send a request.
+    """
 
     def __init__(
         self,
@@ -84,10 +96,15 @@ class Lease(_ReleasedOnExit):
         holder: dict[str, Any] | None = None,
     ):
         self._client = client
+        #: The lock key, as given (without the alias' ``KEY_PREFIX``).
         self.key = key
+        #: The key as stored in the table (with ``KEY_PREFIX``).
         self.stored_key = stored_key
+        #: This acquisition's owner id: a new one for each acquisition, never reused.
         self.owner = owner
+        #: The fencing token: greater than every token issued before for this key.
         self.token = token
+        #: The holder metadata stored with the lease (a dict of strings).
         self.holder = dict(holder or {})
         self.acquired_monotonic = sent_at
         self._lock = threading.Lock()
@@ -112,6 +129,7 @@ class Lease(_ReleasedOnExit):
 
     @property
     def state(self) -> LeaseState:
+        """:class:`LeaseState` now: ``LOST`` as soon as the validity has run out, renewal or not."""
         if self._state in (LeaseState.HELD, LeaseState.AT_RISK) and monotonic() >= self._valid_until:
             return LeaseState.LOST
         return self._state
@@ -147,6 +165,8 @@ class Lease(_ReleasedOnExit):
 
     @property
     def lost_reason(self) -> str | None:
+        """Why the lease was lost (``"expired"``, ``"taken"``, ``"broken"``, ``"released"``,
+        ``"closed"``, ``"fork"``), or None while it is not lost."""
         if self.state is not LeaseState.LOST:
             return None
         return self._lost.reason if self._lost else "expired"
@@ -291,21 +311,29 @@ class Upkeep:
 
 
 class LeaseGroup(_ReleasedOnExit):
-    """Several leases acquired together by ``acquire_many``; one handle releases all."""
+    """Several leases acquired together by ``acquire_many``; one handle releases all.
+
+    ``group[key]`` is the :class:`Lease` of one key; iterating gives every lease. Use it
+    as a context manager, or call :meth:`release`.
+    """
 
     def __init__(self, client: LockClient, leases: list[Lease]):
         self._client = client
+        #: The leases, one per key, in the order the keys were given.
         self.leases = leases
 
     @property
     def keys(self) -> list[str]:
+        """The keys, in the order they were given."""
         return [lease.key for lease in self.leases]
 
     @property
     def tokens(self) -> dict[str, int]:
+        """Each key's fencing token."""
         return {lease.key: lease.token for lease in self.leases}
 
     def __getitem__(self, key: str) -> Lease:
+        """The lease of ``key`` (KeyError if the group has none)."""
         for lease in self.leases:
             if lease.key == key:
                 return lease
@@ -319,16 +347,20 @@ class LeaseGroup(_ReleasedOnExit):
 
     @property
     def is_held(self) -> bool:
+        """True while every lease of the group may still act (local check)."""
         return all(lease.is_held for lease in self.leases)
 
     def remaining(self) -> float:
+        """Seconds the group may still act: the least of its leases' (local check)."""
         return min((lease.remaining() for lease in self.leases), default=0.0)
 
     def raise_if_lost(self) -> None:
+        """Raise :class:`LockLost` for the first lease that may no longer act."""
         for lease in self.leases:
             lease.raise_if_lost()
 
     def extend(self, lease: float | None = None) -> None:
+        """Renew every lease now, optionally with a new duration (one write per key)."""
         for one in self.leases:
             one.extend(lease)
 

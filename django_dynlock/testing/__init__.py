@@ -4,7 +4,7 @@
 ``DYNLOCK`` alias at it; by default on moto's in-process DynamoDB (``mock_aws``, no
 network, needs ``pip install django-dynlock[testing]``), or on any server you pass
 as ``endpoint_url`` (e.g. a moto server or dynalite you started). Use it as a
-context manager or a decorator:
+context manager or a decorator::
 
     from django_dynlock.testing import lock_table
 
