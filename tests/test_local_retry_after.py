@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import threading
 import time
 from collections.abc import Iterator
@@ -129,9 +130,12 @@ def test_a_decorated_view_answers_retry_after_1_for_a_key_held_50_ms_by_another_
                 reply = asyncio.run(AsyncClient().get(url.format(n=81)))
             else:
                 reply = client.get(url.format(n=81))
+            held_for = time.monotonic() - lease.acquired_monotonic
     finally:
         lock_busy.disconnect(on_busy)
-    # Retry-After is whole seconds, rounded up (decorators.busy_response): 1, not 30.
-    assert reply.status_code == 423 and reply["Retry-After"] == "1", (reply.status_code, reply.get("Retry-After"))
+    # Retry-After is whole seconds, rounded up (decorators.busy_response): 1 for a hold
+    # refused within its first second (unless the machine stalled the request), not 30.
+    assert reply.status_code == 423, reply.status_code
+    assert 1 <= int(reply["Retry-After"]) <= max(1, math.ceil(held_for)), (reply["Retry-After"], held_for)
     (info,) = signalled
     assert info["key"] == "order:81" and info["holder"].token == lease.token and 0 <= info["waited"] < 1.0
