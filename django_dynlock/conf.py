@@ -73,10 +73,9 @@ def _values(raw: dict[Any, Any]) -> dict[str, Any]:
     values = {**DEFAULTS, **{k: v for k, v in raw.items() if k in DEFAULTS}}
     lease = values["LEASE_DURATION"]
     if SETTING["lease_duration"].has_type(lease) and SETTING["lease_duration"].in_range(lease):
-        if "HEARTBEAT_PERIOD" not in raw:
-            values["HEARTBEAT_PERIOD"] = rules.default_heartbeat_period(lease)
-        if "CLIENT_CONFIG" not in raw:
-            values["CLIENT_CONFIG"] = rules.fitted_client_config(lease)
+        for name, value in rules.lease_fitted_defaults(lease).items():
+            if name.upper() not in raw:
+                values[name.upper()] = value
     return values
 
 

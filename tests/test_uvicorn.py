@@ -7,10 +7,13 @@ own lock client goes straight to the server.
 
 from __future__ import annotations
 
+import math
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 import urllib.error
 import urllib.request
 
@@ -98,3 +101,36 @@ def test_dynamodb_in_trouble_makes_an_async_view_answer_503_with_retry_after(sit
     logged = [line for line in log_path.read_text().splitlines() if "answered 503" in line]
     assert len(logged) == 6 and "uvicorn_site.try_book" in logged[0] and "uvicorn_site.hold" in logged[1]
     assert "Traceback" not in log_path.read_text()
+
+
+def test_requests_on_a_key_another_request_of_the_process_holds_get_an_estimated_retry_after(site):
+    # issue 35: under one uvicorn process, 50 requests on a key held 50 ms answered
+    # Retry-After: 30 (the whole lease); a holder in another process got the estimate.
+    base, _, client, _ = site
+    sent = time.monotonic()
+    holding = threading.Thread(target=lambda: get(f"{base}/hold/3/?seconds=3"))
+    holding.start()
+    try:
+        wait_for(lambda: client.get("event:3") is not None, 10, "the site to hold event:3")
+        replies: list[tuple[int, str | None, float]] = []
+
+        def busy() -> None:
+            status, retry_after = get(f"{base}/try/3/")
+            replies.append((status, retry_after, time.monotonic() - sent))
+
+        requests = [threading.Thread(target=busy) for _ in range(50)]
+        for request in requests:
+            request.start()
+        for request in requests:
+            request.join(20)
+    finally:
+        holding.join(20)
+    assert len(replies) == 50 and all(status == 423 for status, _, _ in replies), replies
+    # As long again as the key had been held when refused: at most the time since the
+    # holding request was sent, rounded up to a whole second.
+    late = [
+        (retry_after, after)
+        for _, retry_after, after in replies
+        if retry_after is None or not 1 <= int(retry_after) <= max(1, math.ceil(after))
+    ]
+    assert not late, late

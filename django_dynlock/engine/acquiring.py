@@ -71,15 +71,7 @@ class Acquiring(Holding):
         started = monotonic()
         try:
             if not self._keylocks.enter(stored, wait):
-                # Held (or being acquired) by another thread of this process: its lease
-                # is renewed like any holder's, so a lease is the same hint as a remote one's.
-                local = self._local_holder(stored)
-                raise LockNotAcquired(
-                    key,
-                    holder=local,
-                    retry_after=local.lease_seconds if local else None,
-                    waited=monotonic() - started,
-                )
+                raise self._busy_here(key, stored, started)  # another thread of this process has it
             try:
                 lease = self._acquire_remote(key, stored, Terms(started + wait, lease_seconds, holder), single=single)
             except BaseException:
@@ -139,15 +131,14 @@ class Acquiring(Holding):
         self._start_holding(lease, waited=monotonic() - started)
         return lease
 
-    async def _enter_gate_async(self, key: str, stored: str, started: float, give_up_at: float) -> None:
+    async def _enter_gate_async(
+        self, key: str, stored: str, started: float, give_up_at: float, keys: tuple[str, ...] | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         while not self._keylocks.enter(stored, 0):
             now = monotonic()
             if now >= give_up_at:
-                local = self._local_holder(stored)
-                raise LockNotAcquired(
-                    key, holder=local, retry_after=local.lease_seconds if local else None, waited=now - started
-                )
+                raise self._busy_here(key, stored, started, keys)
             left: asyncio.Future[None] = loop.create_future()
 
             def on_leave(left: asyncio.Future[None] = left) -> None:

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import ClientClosed, DynLockError
+from ..exceptions import ClientClosed, DynLockError, LockNotAcquired
 from . import requests as rq
 from .clock import DRIFT, ServerClock, monotonic
 from .executors import Executors
@@ -127,23 +127,37 @@ class ClientBase:
     def _period(self, lease_seconds: float) -> float:
         return min(self.options.heartbeat_period, lease_seconds / 3.0)
 
-    def _local_holder(self, stored: str) -> LeaseInfo | None:
-        for lease in list(self._held):
-            if lease.stored_key == stored:
-                return LeaseInfo(
-                    key=lease.key,
-                    stored_key=stored,
-                    token=lease.token,
-                    owner=lease.owner,
-                    rvn=None,
-                    lease_seconds=lease.lease_seconds,
-                    expires_at=None,
-                    acquired_at=None,
-                    host=socket.gethostname(),
-                    pid=os.getpid(),
-                    holder={k: str(v) for k, v in lease.holder.items()},
-                )
-        return None
+    def _busy_here(self, key: str, stored: str, started: float, keys: tuple[str, ...] | None = None) -> LockNotAcquired:
+        """What an acquire refused by the in-process gate raises (another thread or coroutine
+        of this process holds ``stored``, or is acquiring it): the same for one key and
+        several, sync and async, with the hint a waiter in another process would work out."""
+        lease = next((lease for lease in list(self._held) if lease.stored_key == stored), None)
+        return LockNotAcquired(
+            key,
+            holder=self._local_holder(lease),
+            # Still being acquired by the other thread: no holder to estimate from.
+            retry_after=self._waiting.retry_after_local(lease) if lease is not None else None,
+            waited=monotonic() - started,
+            keys=keys,
+        )
+
+    @staticmethod
+    def _local_holder(lease: Lease | None) -> LeaseInfo | None:
+        if lease is None:
+            return None
+        return LeaseInfo(
+            key=lease.key,
+            stored_key=lease.stored_key,
+            token=lease.token,
+            owner=lease.owner,
+            rvn=None,
+            lease_seconds=lease.lease_seconds,
+            expires_at=None,
+            acquired_at=None,
+            host=socket.gethostname(),
+            pid=os.getpid(),
+            holder={k: str(v) for k, v in lease.holder.items()},
+        )
 
     def _start_holding(self, lease: Lease, *, waited: float) -> None:
         with self._lock:

@@ -24,7 +24,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import InvalidArgument, LockLost, LockNotAcquired
+from ..exceptions import InvalidArgument, LockLost
 from . import items as it
 from . import requests as rq
 from .clock import monotonic
@@ -83,8 +83,7 @@ class HandingOver(Holding):
     def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
         stored = self.options.prefixed(handover.key)
         if not self._keylocks.enter(stored, 0.0):
-            local = self._local_holder(stored)
-            raise LockNotAcquired(handover.key, holder=local, retry_after=local.lease_seconds if local else None)
+            raise self._busy_here(handover.key, stored, monotonic())
         try:
             lease = self._adopt_remote(handover, stored, lease_seconds)
         except BaseException:

@@ -74,12 +74,7 @@ class MultiKey(Acquiring):
         try:
             for stored in ordered:
                 if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - monotonic())):
-                    raise LockNotAcquired(
-                        by_stored[stored],
-                        holder=self._local_holder(stored),
-                        waited=monotonic() - started,
-                        keys=tuple(by_stored.values()),
-                    )
+                    raise self._busy_here(by_stored[stored], stored, started, tuple(by_stored.values()))
                 entered.append(stored)
             progress = Progress()
             try:
@@ -104,16 +99,9 @@ class MultiKey(Acquiring):
         entered: list[str] = []
         try:
             for stored in ordered:
-                try:
-                    await self._enter_gate_async(by_stored[stored], stored, started, terms.give_up_at)
-                except LockNotAcquired as busy:
-                    raise LockNotAcquired(
-                        busy.key,
-                        holder=busy.holder,
-                        retry_after=busy.retry_after,
-                        waited=busy.waited,
-                        keys=tuple(by_stored.values()),
-                    ) from None
+                await self._enter_gate_async(
+                    by_stored[stored], stored, started, terms.give_up_at, tuple(by_stored.values())
+                )
                 entered.append(stored)
             if not self._store.built:  # built on a pool thread: it reads files, resolves credentials
                 await loop.run_in_executor(self._executors.waiting, lambda: self._store.boto)

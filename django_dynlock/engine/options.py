@@ -17,7 +17,7 @@ import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Any, cast
 from urllib.parse import urlsplit
 
 import boto3
@@ -126,6 +126,18 @@ def fitted_client_config(lease_duration: float) -> dict[str, Any]:
 def default_heartbeat_period(lease_duration: float) -> float:
     """HEARTBEAT_PERIOD when an alias sets none: its default, or a third of a shorter lease."""
     return min(float(_DEFAULT["heartbeat_period"]), lease_duration / 3)
+
+
+def lease_fitted_defaults(lease_duration: float) -> dict[str, Any]:
+    """The defaults that follow the lease, by ClientOptions field (as a setting gives
+    them): what ``ClientOptions`` and a ``DYNLOCK`` alias (conf.py) both take for an
+    option left out. Fixed defaults would not do: a heartbeat every 10 s is refused
+    for a lease under 30 s, and 1 + 2 s timeouts tried three times outlast half a lease
+    under 18 s, so that a hanging renewal lost the lease before it could be at risk."""
+    return {
+        "heartbeat_period": default_heartbeat_period(lease_duration),
+        "client_config": fitted_client_config(lease_duration),
+    }
 
 
 def call_budget(config: Config) -> float:
@@ -330,7 +342,8 @@ class ClientOptions:
     region_name: str | None = _DEFAULT["region_name"]
     key_prefix: str = _DEFAULT["key_prefix"]
     lease_duration: float = _DEFAULT["lease_duration"]
-    heartbeat_period: float = _DEFAULT["heartbeat_period"]
+    # Left out (None): fitted to lease_duration (lease_fitted_defaults), as for a DYNLOCK alias.
+    heartbeat_period: float = cast(float, None)
     wait_timeout: float = _DEFAULT["wait_timeout"]
     max_clock_skew: float | None = _DEFAULT["max_clock_skew"]  # retired: see SETTINGS
     retention: float = _DEFAULT["retention"]
@@ -340,9 +353,8 @@ class ClientOptions:
     key_attribute: str = _DEFAULT["key_attribute"]
     ttl_attribute: str = _DEFAULT["ttl_attribute"]
     alias: str = "default"
-    client_config: Config = field(
-        default_factory=lambda: merge_client_config(_DEFAULT["client_config"]), repr=False, compare=False
-    )
+    # Left out (None): our defaults, their timeouts fitted to lease_duration (as heartbeat_period).
+    client_config: Config = field(default=cast(Config, None), repr=False, compare=False)
     # Holds credentials: never shown in repr, logs or errors.
     session_options: dict[str, Any] = field(
         default_factory=lambda: dict(_DEFAULT["session_options"]), repr=False, compare=False
@@ -356,6 +368,12 @@ class ClientOptions:
         return f"ClientOptions({', '.join(f'{name}={value!r}' for name, value in shown.items())})"
 
     def __post_init__(self) -> None:
+        check_seconds("lease_duration", self.lease_duration)
+        fitted = lease_fitted_defaults(self.lease_duration)
+        if cast(Any, self.heartbeat_period) is None:
+            object.__setattr__(self, "heartbeat_period", fitted["heartbeat_period"])
+        if cast(Any, self.client_config) is None:
+            object.__setattr__(self, "client_config", merge_client_config(fitted["client_config"]))
         # The rules a client cannot work without; conf.py checks a DYNLOCK alias for all.
         if not valid_table_name(self.table_name):
             raise InvalidArgument(

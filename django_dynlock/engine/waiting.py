@@ -19,6 +19,7 @@ from ..exceptions import DynLockError
 from . import items as it
 from .clock import DRIFT, ServerClock, monotonic
 from .items import LeaseInfo
+from .lease import Lease
 from .options import ClientOptions
 from .requests import RESERVATION_GRACE
 from .store import backoff
@@ -187,7 +188,8 @@ class WaitPolicy:
         key about ``waited / handoffs`` each; without any, a holder that has held the
         key a while is as likely to hold it about as long again (the hold's age, from
         this waiter's watch or the item's ``acquired_at`` by DynamoDB's clock). Never
-        later than the key can be taken over (a lease at most), never sooner than a poll.
+        later than the key can be taken over (a lease at most), never sooner than a poll
+        (``busy_for``).
         """
         if info is None or not info.is_held:
             return None
@@ -196,10 +198,28 @@ class WaitPolicy:
         acquired = it.number(item, it.ACQUIRED_AT) if item else None
         if acquired is not None and self.clock.known:
             age = max(age, self.clock.now() - acquired)
-        likely = max(waited / handoffs if handoffs else age, self.options.max_retry_delay)
         due = self.takeover_in(item, watch, now)
         latest = max(0.0, due) if due is not None else info.lease_seconds
-        return min(likely, latest) if latest is not None else likely
+        return self.busy_for(waited / handoffs if handoffs else age, latest)
+
+    def retry_after_local(self, lease: Lease) -> float:
+        """``retry_after`` for a key another thread of this process holds (the in-process gate).
+
+        The same rule, from what this process knows for certain: the hold's age since it
+        began here (an acquire, or an adopt), and the rest of the holder's validity. Its
+        renewals go on, so the key may stay busy longer; but a lease-long hint for a key
+        held 50 ms made every request behind it wait 30 s for nothing.
+        """
+        return self.busy_for(monotonic() - lease.acquired_monotonic, lease.remaining())
+
+    def busy_for(self, likely: float, latest: float | None) -> float:
+        """How long a key will likely stay busy: ``likely`` (a hold's age, or the holds seen
+        while waiting), never past ``latest`` (when it can be taken over, if known), and
+        never sooner than a poll: a hint of 0 would have callers ask again at once."""
+        hint = max(likely, self.options.max_retry_delay)
+        if latest is not None:
+            hint = min(hint, latest)
+        return max(hint, self.options.max_retry_delay)
 
     # -- the next turn ---------------------------------------------------------------------
     def starving(self, item: Mapping[str, Any], owner: str, holders_seen: set[str], began: float) -> bool:

@@ -21,6 +21,21 @@ def pay(request, order_id):
     return JsonResponse(_current())
 
 
+@dynamo_lock("order:{order_id}")
+async def pay_async(request, order_id):
+    return JsonResponse(_current())
+
+
+@dynamo_lock("order:{order_id}", "stock:{order_id}")
+def pay_many(request, order_id):
+    return HttpResponse("paid")
+
+
+@dynamo_lock("order:{order_id}", "stock:{order_id}")
+async def pay_many_async(request, order_id):
+    return HttpResponse("paid")
+
+
 @dynamo_lock("order:{order_id}", on_busy=409)
 def pay_409(request, order_id):
     return JsonResponse(_current())
@@ -71,6 +86,9 @@ async def own_backend_error_async(request, order_id):
 
 urlpatterns = [
     path("pay/<int:order_id>/", pay),
+    path("payasync/<int:order_id>/", pay_async),
+    path("paymany/<int:order_id>/", pay_many),
+    path("paymanyasync/<int:order_id>/", pay_many_async),
     path("pay409/<int:order_id>/", pay_409),
     path("paycustom/<int:order_id>/", pay_custom),
     path("ship/<int:order_id>/", ShipView.as_view()),
