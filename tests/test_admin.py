@@ -277,7 +277,8 @@ def test_the_list_shows_holder_token_times_and_state(table, viewer):
     assert f"{info.host}:{info.pid}" in text
     assert "ago" in text  # relative acquired time
     assert f"at {table.options.endpoint_url}, region us-east-1." in text  # which table: issue 14
-    assert localtime(info.acquired_at).strftime("%Y-%m-%d %H:%M") in text  # absolute acquired time
+    # The absolute acquired time, its date and time of day each kept on a line.
+    assert localtime(info.acquired_at).strftime("<span>%Y-%m-%d</span> <span>%H:%M") in text
     assert re.search(r'<progress class="dynlock-left" max="100" value="(\d+)"', text)
     assert "dynlock-state-held" in text
     assert f'href="{detail_url("invoice:42")}"' in text

@@ -391,9 +391,11 @@ def test_the_lease_pages_are_laid_out_like_djangos_own(admin_server, browser_tab
     from playwright.sync_api import expect
 
     _, _, client = browser_table
+    # The demo's holder, the longest dotted path of the docs' pictures, and a 32-character key.
     leases = [
+        client.acquire("event:1", lease=30, holder={"view": "testproject.booking.views.book_view", "user": "3"}),
         client.acquire("invoice:42", lease=30, holder={"view": "shop.views.pay", "user": "42", "path": "/pay/42/"}),
-        client.acquire("report:nightly", lease=30, holder={"command": "build_reports", "user": "7"}),
+        client.acquire("report:nightly:2026-11-27:europe", lease=30, holder={"command": "build_reports"}),
     ]
     base = admin_server.url
     with chromium() as browser:
@@ -426,20 +428,26 @@ def test_the_lease_pages_are_laid_out_like_djangos_own(admin_server, browser_tab
 
         # The list: breadcrumbs, toolbar and table as on the Users page, within the window.
         page.goto(f"{base}/admin/django_dynlock/lease/")
-        expect(page.locator("tr.dynlock-row")).to_have_count(2)
+        expect(page.locator("tr.dynlock-row")).to_have_count(3)
         ours = page.evaluate(LAYOUT)
         same_crumbs(ours)
         assert toolbar_above_table(ours) == toolbar_above_table(django) == (True, True, True), (ours, django)
         assert ours["toolbarStyle"] == django["toolbarStyle"] and ours["header"] == django["header"], (ours, django)
         fits(ours, "list")
-        # The absolute time a lease was acquired keeps its line (it wrapped to four).
-        lines = page.locator("td.field-acquired time").evaluate_all(
-            "times => times.map(t => t.getClientRects().length)"
+        # The table's last column is inside the list (the state was cut off at its edge), the
+        # acquired time's date and time of day keep their lines (they wrapped to four), and
+        # so do the keys.
+        state = page.locator("td.field-state").evaluate_all("cells => cells.map(c => c.getBoundingClientRect().right)")
+        assert max(state) <= ours["container"]["right"] + 1, (state, ours["container"])
+        lines = page.locator("td.field-acquired time > span").evaluate_all(
+            "spans => spans.map(s => s.getClientRects().length)"
         )
-        assert lines == [1, 1], lines
+        assert lines == [1] * 6, lines
+        lines = page.locator("th.field-key a").evaluate_all("links => links.map(a => a.getClientRects().length)")
+        assert lines == [1] * 3, lines
 
         # The detail page and the confirmation page.
-        page.locator('tr[data-key="invoice:42"]').get_by_role("link", name="invoice:42").click()
+        page.locator('tr[data-key="event:1"]').get_by_role("link", name="event:1").click()
         expect(page.locator("table.dynlock-detail")).to_contain_text(str(leases[0].token))
         ours = page.evaluate(LAYOUT)
         same_crumbs(ours)
