@@ -457,5 +457,15 @@ def test_the_lease_pages_are_laid_out_like_djangos_own(admin_server, browser_tab
         ours = page.evaluate(LAYOUT)
         same_crumbs(ours)
         fits(ours, "break")
+        # The list action's confirmation page, for all three.
+        page.goto(f"{base}/admin/django_dynlock/lease/")
+        for lease in leases:
+            page.check(f'tr[data-key="{lease.key}"] input.action-select')
+        page.select_option("#dynlock-action", "break_leases")
+        page.get_by_role("button", name="Go").click()
+        expect(page.locator("tr.dynlock-row")).to_have_count(3)
+        ours = page.evaluate(LAYOUT)
+        same_crumbs(ours)
+        fits(ours, "break selected")
     for lease in leases:
         lease.release()
