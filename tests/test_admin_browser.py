@@ -6,7 +6,9 @@ server; another process holds the lease ``victim``. A staff user with exactly
 confirmation page, sees it gone and the break in "Recent actions"; the holder process
 finds out that it lost the lease. A second lease is broken through the list's action.
 Then the list's auto-refresh (issue 31): a demo run watched from the demo page and from
-the list beside it, and a selection the refresh keeps.
+the list beside it, and a selection the refresh keeps. Then the layout (issue 35): each
+lease page against Django's own Users page, on whichever Django runs the test (not
+``slow``, so the Django 6.1 and 6.0 passes of ``make test-latest`` run it too).
 
 Needs ``/usr/bin/chromium`` (``make test`` installs it) and the ``playwright`` package
 (the ``dev`` extras); without them the test is skipped, except under ``CI=true`` where it
