@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import html
 import re
+import threading
 import time
 import uuid
 from urllib.parse import urlsplit
@@ -17,16 +18,18 @@ import pytest
 from django.contrib.admin.models import LogEntry
 from django.contrib.admin.utils import quote
 from django.contrib.auth.models import Permission
+from django.http import HttpResponse
 from django.test import Client
-from django.urls import reverse
+from django.urls import path, reverse
 from django.utils.timezone import localtime
 
-from django_dynlock import get_lock_client
+from django_dynlock import dynamo_lock, get_lock_client
 from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
 from django_dynlock.engine import items as it
 from django_dynlock.models import Lease
 from django_dynlock.signals import lock_broken
 from localdynamo.servers import DUMMY_REGION, dummy_client, table_name
+from testproject.urls import urlpatterns as project_urlpatterns
 from tests.support.aliases import alias_settings
 from tests.support.calls import count_calls
 from tests.support.tables import delete_table, fresh_table
@@ -274,7 +277,8 @@ def test_the_list_shows_holder_token_times_and_state(table, viewer):
     assert f"{info.host}:{info.pid}" in text
     assert "ago" in text  # relative acquired time
     assert f"at {table.options.endpoint_url}, region us-east-1." in text  # which table: issue 14
-    assert localtime(info.acquired_at).strftime("%Y-%m-%d %H:%M") in text  # absolute acquired time
+    # The absolute acquired time, its date and time of day each kept on a line.
+    assert localtime(info.acquired_at).strftime("<span>%Y-%m-%d</span> <span>%H:%M") in text
     assert re.search(r'<progress class="dynlock-left" max="100" value="(\d+)"', text)
     assert "dynlock-state-held" in text
     assert f'href="{detail_url("invoice:42")}"' in text
@@ -499,6 +503,53 @@ def test_break_with_the_right_token(table, operator, operator_user, broken_signa
     # Recent actions on the admin index.
     index = content(operator.get(reverse("admin:index")))
     assert "Recent actions" in index and f'href="{detail_url("job:1")}"' in index
+
+
+# A view that runs until the test lets it go, under each on_lost policy (this module is
+# the URLconf of test_breaking_a_running_views_lease_*).
+RUNNING: dict[str, threading.Event] = {}
+
+
+def running_view(request):
+    RUNNING["started"].set()
+    assert RUNNING["go"].wait(30)
+    return HttpResponse("done")
+
+
+urlpatterns = [
+    *project_urlpatterns,
+    path("running/raise/", dynamo_lock("view:running")(running_view)),
+    path("running/log/", dynamo_lock("view:running", on_lost="log")(running_view)),
+]
+
+
+@pytest.mark.parametrize(("on_lost", "status"), [("raise", 500), ("log", 200)])
+def test_breaking_a_running_views_lease_answers_its_request_500_unless_on_lost_is_log(
+    table, operator, settings, on_lost, status
+):
+    """What the break page warns of (issue 35): the view finishes, then its decorator's
+    release finds the lease broken and raises LockLost, which Django answers 500."""
+    settings.ROOT_URLCONF = __name__
+    RUNNING.update(started=threading.Event(), go=threading.Event())
+    answers = []
+    request = threading.Thread(
+        target=lambda: answers.append(Client(raise_request_exception=False).get(f"/running/{on_lost}/"))
+    )
+    request.start()
+    try:
+        assert RUNNING["started"].wait(30), "the view did not start"
+        info = table.get("view:running")
+        assert info is not None
+        page = operator.get(break_url("view:running"))
+        assert "answers 500" in content(page) and "on_lost" in content(page)
+        response = operator.post(break_url("view:running"), {"token": str(info.token), "reason": "view stuck"})
+        assert response.status_code == 302 and table.get("view:running") is None
+    finally:
+        RUNNING["go"].set()
+        request.join(30)
+    [answer] = answers
+    assert answer.status_code == status
+    assert status == 500 or answer.content == b"done"
 
 
 def test_break_with_a_stale_token_breaks_nothing(table, operator, broken_signals):

@@ -6,7 +6,9 @@ server; another process holds the lease ``victim``. A staff user with exactly
 confirmation page, sees it gone and the break in "Recent actions"; the holder process
 finds out that it lost the lease. A second lease is broken through the list's action.
 Then the list's auto-refresh (issue 31): a demo run watched from the demo page and from
-the list beside it, and a selection the refresh keeps.
+the list beside it, and a selection the refresh keeps. Then the layout (issue 35): each
+lease page against Django's own Users page, on whichever Django runs the test (not
+``slow``, so the Django 6.1 and 6.0 passes of ``make test-latest`` run it too).
 
 Needs ``/usr/bin/chromium`` (``make test`` installs it) and the ``playwright`` package
 (the ``dev`` extras); without them the test is skipped, except under ``CI=true`` where it
@@ -29,10 +31,11 @@ from typing import Any
 import pytest
 
 from localdynamo.servers import REPO_ROOT, server_env, table_name
-from tests.support.admin_server import PASSWORD, USERNAME, start_admin_server
+from tests.support.admin_server import PASSWORD, SUPERUSER, SUPERUSER_PASSWORD, USERNAME, start_admin_server
 from tests.support.tables import fresh_table
 
-pytestmark = [pytest.mark.slow, pytest.mark.browser]
+# The layout test is not `slow`: the newest-Django passes (-m "not slow") run it too.
+pytestmark = pytest.mark.browser
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -135,18 +138,19 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def log_in(page, base: str) -> None:
-    """Log in as the operator: the admin sends us to the login page first."""
+def log_in(page, base: str, username: str = USERNAME, password: str = PASSWORD) -> None:
+    """Log in as the operator (or ``username``): the admin sends us to the login page first."""
     from playwright.sync_api import expect
 
     page.goto(f"{base}/admin/")
     expect(page).to_have_url(re.compile(r"/admin/login/"))
-    page.fill("#id_username", USERNAME)
-    page.fill("#id_password", PASSWORD)
+    page.fill("#id_username", username)
+    page.fill("#id_password", password)
     page.click("input[type=submit]")
     expect(page).to_have_url(f"{base}/admin/")
 
 
+@pytest.mark.slow
 def test_break_a_lease_held_by_another_process(admin_server, browser_table, holder_process):
     from playwright.sync_api import expect
 
@@ -237,6 +241,7 @@ def test_break_a_lease_held_by_another_process(admin_server, browser_table, hold
         lease.release()
 
 
+@pytest.mark.slow
 def test_a_demo_run_shows_its_lock_on_the_page_and_in_the_refreshing_admin_list(admin_server):
     """Issue 31: during a demo run nothing showed that it was running, and its lock never
     appeared in the admin (the list did not refresh; a run lasted 3 s)."""
@@ -304,6 +309,7 @@ def test_a_demo_run_shows_its_lock_on_the_page_and_in_the_refreshing_admin_list(
         assert admin.evaluate("window.notReloaded") is True
 
 
+@pytest.mark.slow
 def test_auto_refresh_keeps_the_operators_selection_and_can_be_turned_off(admin_server, browser_table):
     from playwright.sync_api import expect
 
@@ -345,3 +351,123 @@ def test_auto_refresh_keeps_the_operators_selection_and_can_be_turned_off(admin_
         expect(page.locator('tr[data-key="job:second"]')).to_have_count(1)
         assert page.evaluate("window.notReloaded") is True
     first.release()
+
+
+# What the layout test reads on each page, in one go: the breadcrumbs element (its tag,
+# its children's tags, whether the last one is the current page, its computed style and
+# its first link's), the search toolbar's box against the list's table, the widths.
+LAYOUT = """() => {
+    const pick = (element, names) => element && Object.fromEntries(names.map(name => [name, getComputedStyle(element)[name]]));
+    const box = element => element && element.getBoundingClientRect().toJSON();
+    const crumbs = document.querySelector(".breadcrumbs");
+    const children = crumbs ? Array.from(crumbs.children) : [];
+    const last = children[children.length - 1];
+    return {
+        crumbs: crumbs && {
+            tag: crumbs.tagName,
+            parent: crumbs.parentElement.tagName,
+            children: Array.from(new Set(children.map(child => child.tagName))).sort(),
+            current: last ? last.getAttribute("aria-current") : null,
+            style: pick(crumbs, ["display", "backgroundColor", "color", "fontSize", "paddingTop", "paddingRight",
+                                 "paddingBottom", "paddingLeft", "marginTop", "marginBottom", "listStyleType"]),
+            item: pick(crumbs.querySelector("li"), ["display", "fontSize"]),
+            link: pick(crumbs.querySelector("a"), ["color", "fontSize", "textDecorationLine"]),
+            width: box(crumbs).width,
+        },
+        toolbar: box(document.getElementById("toolbar")),
+        toolbarStyle: pick(document.getElementById("toolbar"), ["backgroundColor", "paddingTop", "paddingLeft", "marginBottom"]),
+        table: box(document.getElementById("result_list")),
+        header: pick(document.querySelector("#result_list thead th"), ["backgroundColor", "fontSize", "paddingTop", "paddingLeft"]),
+        container: box(document.querySelector("#changelist .changelist-form-container")),
+        scrollWidth: document.documentElement.scrollWidth,
+        innerWidth: window.innerWidth,
+    };
+}"""
+
+
+def test_the_lease_pages_are_laid_out_like_djangos_own(admin_server, browser_table):
+    """Issue 35: on Django 6 the breadcrumbs were unstyled (6.1 styles ``ol.breadcrumbs``,
+    the pages emitted 5.2's ``div``), the search toolbar sat beside the table (6.x makes
+    ``.changelist-form-container`` a flex box) and the list was 1,531 px wide in a 1,280 px
+    window. Each page is compared with Django's own Users page in the same browser."""
+    from playwright.sync_api import expect
+
+    _, _, client = browser_table
+    # The demo's holder, the longest dotted path of the docs' pictures, and a 32-character key.
+    leases = [
+        client.acquire("event:1", lease=30, holder={"view": "testproject.booking.views.book_view", "user": "3"}),
+        client.acquire("invoice:42", lease=30, holder={"view": "shop.views.pay", "user": "42", "path": "/pay/42/"}),
+        client.acquire("report:nightly:2026-11-27:europe", lease=30, holder={"command": "build_reports"}),
+    ]
+    base = admin_server.url
+    with chromium() as browser:
+        page = browser.new_page(viewport={"width": 1280, "height": 800})
+        page.set_default_timeout(STEP_TIMEOUT_MS)
+        log_in(page, base, SUPERUSER, SUPERUSER_PASSWORD)
+
+        page.goto(f"{base}/admin/auth/user/")
+        django = page.evaluate(LAYOUT)
+        assert django["crumbs"] and django["toolbar"] and django["table"], django
+        assert django["scrollWidth"] <= django["innerWidth"], django
+
+        def same_crumbs(ours: dict) -> None:
+            theirs = django["crumbs"]
+            assert ours["crumbs"], "no .breadcrumbs element"
+            for name in ("tag", "parent", "children", "current", "style", "item", "link"):
+                assert ours["crumbs"][name] == theirs[name], (name, ours["crumbs"][name], theirs[name])
+            assert ours["crumbs"]["width"] == theirs["width"]
+
+        def fits(ours: dict, what: str) -> None:
+            assert ours["scrollWidth"] <= ours["innerWidth"], (what, ours["scrollWidth"], ours["innerWidth"])
+
+        def toolbar_above_table(layout: dict) -> tuple[bool, bool, bool]:
+            toolbar, table, container = layout["toolbar"], layout["table"], layout["container"]
+            return (
+                toolbar["bottom"] <= table["top"],  # above, not beside
+                abs(toolbar["width"] - table["width"]) <= 1 and abs(toolbar["left"] - table["left"]) <= 1,
+                table["right"] <= container["right"] + 1,  # the table within the list, not scrolled
+            )
+
+        # The list: breadcrumbs, toolbar and table as on the Users page, within the window.
+        page.goto(f"{base}/admin/django_dynlock/lease/")
+        expect(page.locator("tr.dynlock-row")).to_have_count(3)
+        ours = page.evaluate(LAYOUT)
+        same_crumbs(ours)
+        assert toolbar_above_table(ours) == toolbar_above_table(django) == (True, True, True), (ours, django)
+        assert ours["toolbarStyle"] == django["toolbarStyle"] and ours["header"] == django["header"], (ours, django)
+        fits(ours, "list")
+        # The table's last column is inside the list (the state was cut off at its edge), the
+        # acquired time's date and time of day keep their lines (they wrapped to four), and
+        # so do the keys.
+        state = page.locator("td.field-state").evaluate_all("cells => cells.map(c => c.getBoundingClientRect().right)")
+        assert max(state) <= ours["container"]["right"] + 1, (state, ours["container"])
+        lines = page.locator("td.field-acquired time > span").evaluate_all(
+            "spans => spans.map(s => s.getClientRects().length)"
+        )
+        assert lines == [1] * 6, lines
+        lines = page.locator("th.field-key a").evaluate_all("links => links.map(a => a.getClientRects().length)")
+        assert lines == [1] * 3, lines
+
+        # The detail page and the confirmation page.
+        page.locator('tr[data-key="event:1"]').get_by_role("link", name="event:1").click()
+        expect(page.locator("table.dynlock-detail")).to_contain_text(str(leases[0].token))
+        ours = page.evaluate(LAYOUT)
+        same_crumbs(ours)
+        fits(ours, "detail")
+        page.click("a.dynlock-break")
+        expect(page.locator("#dynlock-token")).to_have_text(str(leases[0].token))
+        ours = page.evaluate(LAYOUT)
+        same_crumbs(ours)
+        fits(ours, "break")
+        # The list action's confirmation page, for all three.
+        page.goto(f"{base}/admin/django_dynlock/lease/")
+        for lease in leases:
+            page.check(f'tr[data-key="{lease.key}"] input.action-select')
+        page.select_option("#dynlock-action", "break_leases")
+        page.get_by_role("button", name="Go").click()
+        expect(page.locator("tr.dynlock-row")).to_have_count(3)
+        ours = page.evaluate(LAYOUT)
+        same_crumbs(ours)
+        fits(ours, "break selected")
+    for lease in leases:
+        lease.release()

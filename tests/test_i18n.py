@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import gettext
+import html
 import os
 import shutil
 import subprocess
@@ -182,6 +183,7 @@ def test_the_admin_pages_render_in_french(table, operator, settings, how):
     text = confirm.content.decode()
     assert f"Oui, rompre le jeton {lease.token}" in text and "Non, revenir à la page précédente" in text
     assert "Raison :" in text and "Son détenteur perd le bail" in text
+    assert "Rompre n'arrête pas le détenteur" in html.unescape(text)  # the running view's 500 (issue 35)
 
     # A message from the view itself (gettext in admin/breaks.py), after a form error.
     refused = operator.post(

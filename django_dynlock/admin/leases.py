@@ -21,6 +21,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
+import django
 from django.contrib import admin, messages
 from django.contrib.admin.helpers import ACTION_CHECKBOX_NAME
 from django.contrib.admin.utils import quote, unquote
@@ -28,6 +29,7 @@ from django.core.exceptions import PermissionDenied
 from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import URLPattern, path, reverse
+from django.utils.text import Truncator
 from django.utils.translation import gettext as _
 from django.utils.translation import ngettext
 
@@ -59,6 +61,12 @@ MAX_SELECTED = 100
 #: refresh is the page's one Scan, so none is shorter than a second.
 REFRESH_CHOICES = (1, 2, 5, 10, 30, 60)
 TEMPLATES = "admin/django_dynlock/lease"
+#: Django 6.1's admin styles its breadcrumbs as ``<ol class="breadcrumbs">`` of ``<li>``
+#: (the separators drawn by CSS), earlier ones as ``<div class="breadcrumbs">`` with
+#: ``&rsaquo;`` between links: ``_base.html`` writes the one this Django styles.
+BREADCRUMBS_LIST = django.VERSION >= (6, 1)
+#: Longest key shown in the breadcrumbs (the page shows it whole).
+CRUMB_KEY_CHARS = 80
 
 
 @admin.register(Lease)
@@ -141,6 +149,14 @@ class LeaseAdmin(admin.ModelAdmin):
             )
         return alias
 
+    def _crumbs(self, alias: str, *after: tuple[str, str | None, bool]) -> list[dict[str, Any]]:
+        """The breadcrumbs after Home and the app: "Leases" then ``after``'s (label, url, is a key)."""
+        crumbs = [(_("Leases"), self._url("changelist", alias=alias) if after else None, False), *after]
+        return [
+            {"label": Truncator(label).chars(CRUMB_KEY_CHARS) if key else label, "url": url, "key": key}
+            for label, url, key in crumbs
+        ]
+
     def _context(self, request: HttpRequest, title: str, alias: str, **extra: Any) -> dict[str, Any]:
         context = {
             **self.admin_site.each_context(request),
@@ -153,6 +169,8 @@ class LeaseAdmin(admin.ModelAdmin):
             "has_break_permission": self.has_break_permission(request),
             "changelist_url": self._url("changelist", alias=alias),
             "max_reason": MAX_REASON,
+            "breadcrumbs_list": BREADCRUMBS_LIST,
+            "crumbs": self._crumbs(alias),
             **extra,
         }
         try:
@@ -299,6 +317,7 @@ class LeaseAdmin(admin.ModelAdmin):
             error=error,
             now=now,
             break_url=self.break_url(key, alias),
+            crumbs=self._crumbs(alias, (key, None, True)),
         )
         return self._render(request, "detail.html", context)
 
@@ -366,6 +385,7 @@ class LeaseAdmin(admin.ModelAdmin):
             detail_url=self.detail_url(key, alias),
             form_url=self.break_url(key, alias),
             now=now,
+            crumbs=self._crumbs(alias, (key, self.detail_url(key, alias), True), (_("Break"), None, False)),
         )
         return self._render(request, "break_confirmation.html", context, status=status)
 
@@ -421,7 +441,8 @@ class LeaseAdmin(admin.ModelAdmin):
 
     def _render_selected(self, request: HttpRequest, alias: str, status: int = 200, **extra: Any) -> TemplateResponse:
         """The list action's confirmation page (also with the errors of its form)."""
-        context = self._context(request, _("Break leases"), alias, break_action=BREAK_ACTION, **extra)
+        crumbs = self._crumbs(alias, (_("Break leases"), None, False))
+        context = self._context(request, _("Break leases"), alias, break_action=BREAK_ACTION, crumbs=crumbs, **extra)
         return self._render(request, "break_selected_confirmation.html", context, status=status)
 
     def _break_selected(self, request: HttpRequest, alias: str, back: str, now: dt.datetime) -> HttpResponse:

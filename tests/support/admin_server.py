@@ -7,7 +7,8 @@ This module is both the server's settings module and its launcher:
 with ``DYNLOCK_BROWSER_ENDPOINT``, ``DYNLOCK_BROWSER_TABLE`` and ``DYNLOCK_BROWSER_DB``
 in the environment migrates a fresh SQLite database, creates the staff user
 ``operator`` (password ``operator-pw``) with exactly the ``view_lease`` and
-``break_lease`` permissions, and runs ``runserver`` (no reloader, static files served)
+``break_lease`` permissions and the superuser ``reviewer`` (password ``reviewer-pw``, who
+can open Django's own pages to compare the lease pages with), and runs ``runserver`` (no reloader, static files served)
 on 127.0.0.1:PORT. ``start_admin_server()`` does all that in a subprocess and waits
 until the login page answers; ``AdminServer.stop()`` ends it.
 
@@ -52,6 +53,8 @@ DYNLOCK = {
 # -- launcher -------------------------------------------------------------------------------
 USERNAME = "operator"
 PASSWORD = "operator-pw"
+SUPERUSER = "reviewer"
+SUPERUSER_PASSWORD = "reviewer-pw"
 START_TIMEOUT = 90.0  # seconds: migrate + runserver start
 START_ATTEMPTS = 3  # fresh ports, when the server dies at once (port taken meanwhile)
 STOP_TIMEOUT = 5.0
@@ -74,6 +77,7 @@ def serve(port: int) -> None:
     user.user_permissions.set(
         Permission.objects.filter(content_type__app_label="django_dynlock", codename__in=["view_lease", "break_lease"])
     )
+    get_user_model().objects.create_superuser(SUPERUSER, password=SUPERUSER_PASSWORD)
     call_command("runserver", f"127.0.0.1:{port}", use_reloader=False, use_threading=True, insecure_serving=True)
 
 
