@@ -31,6 +31,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponseBase
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
+from .engine.text import printable
 from .exceptions import BackendError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
 from .registry import get_lock_client
 
@@ -373,10 +374,11 @@ def _log_answer(level: int, kind: tuple[str, ...], message: str, where: str, ans
     if logged is None:
         return
     count, since = logged
+    why = printable(str(error))  # it names the key and the holder: text from URLs (docs/security.md)
     if since is None:
-        logger.log(level, message + ": %s", where, answer, error)
+        logger.log(level, message + ": %s", where, answer, why)
     else:
-        logger.log(level, message + " %d times in the last %.0fs: %s", where, answer, count, since, error)
+        logger.log(level, message + " %d times in the last %.0fs: %s", where, answer, count, since, why)
 
 
 def _mark_logged(response: Any) -> Any:
