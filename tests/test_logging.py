@@ -8,6 +8,7 @@ import asyncio
 import logging
 import logging.config
 import socket
+import threading
 from dataclasses import replace
 
 import django
@@ -177,3 +178,23 @@ def test_a_busy_line_escapes_the_key_and_holder_it_names(dynlock, caplog):
     (line,) = [line for line in package_lines(caplog, logging.INFO) if "its lock is busy" in line]
     assert "\n" not in line and "\u202e" not in line
     assert "a\\nINFO forged\\u202e" in line and "x\\ny" in line
+
+
+def test_the_limiter_loses_no_count_between_threads():
+    log = decorators.AnswerLog(interval=0.0, clock=Clock())  # every answer logs the count since the last
+    logged: list[int] = []
+    lock = threading.Lock()
+
+    def answer() -> None:
+        for _ in range(2000):
+            found = log.count(("trouble", "view", "code"))
+            if found is not None:
+                with lock:
+                    logged.append(found[0])
+
+    threads = [threading.Thread(target=answer) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(30)
+    assert sum(logged) == 8 * 2000
