@@ -42,7 +42,7 @@ CHROMIUM := /usr/bin/chromium
 DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_decorator.py tests/test_decorator_errors.py \
 	tests/test_fencing.py tests/test_testing_helpers.py tests/test_demo.py tests/test_migrations.py \
 	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py \
-	tests/test_i18n.py tests/test_display.py
+	tests/test_i18n.py tests/test_display.py tests/test_logging.py
 
 .PHONY: venv node java browser postgresql gettext lint docs test test-latest test-django test-endpoint run clean
 

@@ -17,18 +17,21 @@ import re
 import string
 import sys
 import threading
+import time
 import urllib.parse
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
 from asgiref.sync import iscoroutinefunction
-from django.http import HttpRequest, HttpResponse
+from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
+from .engine.text import printable
 from .exceptions import BackendError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
 from .registry import get_lock_client
 
@@ -308,6 +311,94 @@ def error_response(error: BackendError, status: int = 503) -> HttpResponse:
     return response
 
 
+# How often (seconds) the decorator writes a line about the busy and failed answers of
+# one view (or function), and how many views it keeps counts for: docs/logging.md.
+ANSWERS_LOG_INTERVAL = 60.0
+ANSWERS_TRACKED = 1000
+
+
+class AnswerLog:
+    """Logs a decorator's busy (423) and failed (503) answers once per interval, with a count.
+
+    An outage makes every request of a locked view fail the same way: a line each would
+    flood the log, and Django's would mail the admins once a request (docs/logging.md).
+    The first answer of a kind is logged at once; later ones are counted, and the first
+    answer after ``interval`` logs the count since the line before. Counts are kept for
+    ``tracked`` kinds (the least recently answered is forgotten, its count unlogged).
+    Thread-safe: the views of a process share one.
+    """
+
+    def __init__(
+        self,
+        interval: float = ANSWERS_LOG_INTERVAL,
+        tracked: int = ANSWERS_TRACKED,
+        clock: Callable[[], float] = time.monotonic,
+    ):
+        self.interval, self.tracked, self.clock = interval, tracked, clock
+        self._lock = threading.Lock()
+        # kind -> [answers not yet logged, when the last line was written]
+        self._kinds: OrderedDict[tuple[str, ...], list[float]] = OrderedDict()
+
+    def count(self, kind: tuple[str, ...]) -> tuple[int, float | None] | None:
+        """Count one answer of ``kind``: (answers to log, seconds since the last line), or
+        None when it is only counted. The first answer of a kind gives (1, None)."""
+        now = self.clock()
+        with self._lock:
+            entry = self._kinds.get(kind)
+            if entry is None:
+                self._kinds[kind] = [0, now]
+                while len(self._kinds) > self.tracked:
+                    self._kinds.popitem(last=False)
+                return 1, None
+            self._kinds.move_to_end(kind)
+            entry[0] += 1
+            if now - entry[1] < self.interval:
+                return None
+            answers, since = int(entry[0]), now - entry[1]
+            entry[0], entry[1] = 0, now
+            return answers, since
+
+    def clear(self) -> None:
+        with self._lock:
+            self._kinds.clear()
+
+
+answers = AnswerLog()
+
+
+def _log_answer(level: int, kind: tuple[str, ...], message: str, where: str, answer: str, error: Exception) -> None:
+    """One line for the first answer of ``kind``, then one an interval with the count."""
+    if not logger.isEnabledFor(level):
+        return
+    logged = answers.count(kind)
+    if logged is None:
+        return
+    count, since = logged
+    why = printable(str(error))  # it names the key and the holder: text from URLs (docs/security.md)
+    if since is None:
+        logger.log(level, message + ": %s", where, answer, why)
+    else:
+        logger.log(level, message + " %d times in the last %.0fs: %s", where, answer, count, since, why)
+
+
+def _mark_logged(response: Any) -> Any:
+    """Tell Django that this answer has been logged, so that its handler does not log it
+    again as a ``django.request`` error (5xx, mailed to ADMINS by Django's default
+    logging) or warning (4xx), once per request.
+
+    ``_has_been_logged`` is private to Django, but it is what ``log_response`` (in
+    django/utils/log.py, 5.2 to 6.1) reads and sets for exactly this: there is no
+    public way to say a response was logged. Tests (tests/test_logging.py) pin it.
+    """
+    if isinstance(response, HttpResponseBase):
+        response._has_been_logged = True
+    return response
+
+
+def _where(func: Callable[..., Any]) -> str:
+    return f"{func.__module__}.{func.__qualname__}"
+
+
 class dynamo_lock:
     """Hold DynamoDB leases around a function call or a ``with`` block.
 
@@ -427,7 +518,9 @@ class dynamo_lock:
         """``_finish`` on the client's holders' pool: a release never queues behind waiters."""
         await self._client().run_for_holder(self._finish, handle, error)
 
-    def _busy(self, error: LockNotAcquired, request: HttpRequest | None, args: Sequence[Any] = ()) -> Any:
+    def _busy(
+        self, error: LockNotAcquired, request: HttpRequest | None, func: Callable[..., Any], args: Sequence[Any] = ()
+    ) -> Any:
         policy = self.on_busy
         if policy is None:
             policy = 423 if request is not None else RAISE
@@ -439,9 +532,14 @@ class dynamo_lock:
             from .celery import retry_busy_task  # only a Celery task can be retried
 
             return retry_busy_task(args, error)
+        where = _where(func)
+        answer = "on_busy handles it" if callable(policy) else f"answered {policy}"
+        # INFO, not WARNING: a busy lock is the lock doing its job; how often is worth
+        # seeing when tuning, not an alarm (docs/logging.md).
+        _log_answer(logging.INFO, ("busy", where), "%s: its lock is busy, %s", where, answer, error)
         if callable(policy):
-            return policy(request, error)
-        return busy_response(error, status=int(policy))
+            return _mark_logged(policy(request, error))
+        return _mark_logged(busy_response(error, status=int(policy)))
 
     def _trouble(self, error: BackendError, request: HttpRequest | None, func: Callable[..., Any]) -> Any:
         """DynamoDB could not be asked for the lock. A passing trouble (``retryable``)
@@ -452,12 +550,14 @@ class dynamo_lock:
             policy = 503 if request is not None else RAISE
         if policy == RAISE or not error.retryable:
             raise error
-        where = f"{func.__module__}.{func.__qualname__}"
+        where = _where(func)
+        answer = "on_error handles it" if callable(policy) else f"answered {policy}"
+        # Counted by cause: a throttled table and an unreachable endpoint are different news.
+        kind = ("trouble", where, error.code or type(error.__cause__ or error).__name__)
+        _log_answer(logging.WARNING, kind, "%s: could not acquire its lock, %s", where, answer, error)
         if callable(policy):
-            logger.warning("%s: could not acquire its lock, on_error handles it: %s", where, error)
-            return policy(request, error)
-        logger.warning("%s: could not acquire its lock, answered %s: %s", where, policy, error)
-        return error_response(error, status=int(policy))
+            return _mark_logged(policy(request, error))
+        return _mark_logged(error_response(error, status=int(policy)))
 
     def _finish(self, handle: Handle, error: BaseException | None) -> None:
         """Release; report a lease that ended during the call, never hiding ``error``.
@@ -509,7 +609,7 @@ class dynamo_lock:
                 try:
                     handle = await self._acquire_async(resolved, holder)
                 except LockNotAcquired as error:
-                    return self._busy(error, request, args)
+                    return self._busy(error, request, func, args)
                 except BackendError as error:
                     return self._trouble(error, request, func)
                 token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))
@@ -534,7 +634,7 @@ class dynamo_lock:
             try:
                 handle = self._acquire(resolved, _holder(func, request, self.holder, args))
             except LockNotAcquired as error:
-                return self._busy(error, request, args)
+                return self._busy(error, request, func, args)
             except BackendError as error:
                 return self._trouble(error, request, func)
             token = _held.set(_held.get() + (_Held(self.using, tuple(resolved), handle, _who()),))

@@ -215,6 +215,15 @@ def pytest_sessionfinish(session, exitstatus):
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+@pytest.fixture(autouse=True)
+def _fresh_answer_counts():
+    """The decorator logs a view's busy and failed answers once an interval (docs/logging.md):
+    each test starts with none counted, as a fresh process does."""
+    from django_dynlock.decorators import answers
+
+    answers.clear()
+
+
 @pytest.fixture
 def dynlock(server, settings):
     """A fresh lock table on a real server; yields the default alias' LockClient."""

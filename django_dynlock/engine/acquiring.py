@@ -28,6 +28,7 @@ from .failures import is_throttling
 from .holding import Holding
 from .lease import Lease
 from .steps import Send, Sleep, Steps
+from .text import printable
 from .waiting import Attempt, Watch
 
 logger = logging.getLogger("django_dynlock")
@@ -48,6 +49,13 @@ class Terms:
     give_up_at: float
     lease_seconds: float
     holder: Mapping[str, Any] | None
+
+
+def _token_after(before: Mapping[str, Any], params: Mapping[str, Any]) -> int:
+    """The fencing token an applied acquire write gave, from the item as it was: its
+    fence plus one, or the write's base plus one on an item without one (see requests.acquire)."""
+    fence = before.get(it.FENCE, {}).get("N") or params["ExpressionAttributeValues"][":base"]["N"]
+    return int(fence) + 1
 
 
 def _settle(future: asyncio.Future[None]) -> None:
@@ -218,6 +226,7 @@ class Acquiring(Holding):
             seen: dict[str, Any] | None | object = UNSEEN
             looked_at = monotonic()
             clock_was_known = self.clock.known
+            attempt.looks += 1  # a write, or else a read: one look either way
             if write:
                 attempt.seq += 1
                 takeover = watch.takeover_rvn(looked_at) if watch is not None else None
@@ -230,7 +239,9 @@ class Acquiring(Holding):
                             "update_item",
                             "acquire a lock",
                             attempts=1,
-                            ReturnValues="ALL_NEW",
+                            # The item as it was: the token follows from its fence, and a
+                            # holder it names is one this write took over (_log_takeover).
+                            ReturnValues="ALL_OLD",
                             **params,
                         )
                     )
@@ -250,7 +261,9 @@ class Acquiring(Holding):
                         raise
                     error = exc  # try the write again: it recognises itself
                 else:
-                    token = int(reply["Attributes"][it.FENCE]["N"])
+                    before = reply.get("Attributes") or {}
+                    token = _token_after(before, params)
+                    self._log_takeover(key, before, attempt.owner, sent)
                     lease = self._new_lease(key, stored, attempt, token, terms, sent, expires)
                     if clock_was_known:
                         kept, item_now = True, None
@@ -358,6 +371,39 @@ class Acquiring(Holding):
                 # DynamoDB asked us to back off until past the wait: no look at its end.
                 raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, monotonic() - began)
 
+    def _log_takeover(self, key: str, before: Mapping[str, Any] | None, owner: str, sent: float) -> None:
+        """One INFO line when an acquire write sent at ``sent`` took the key from a holder
+        that never released it (it crashed, hung or lost its network): ``before`` is the
+        item as the write found it, so a holder it names was taken over (an acquire
+        applies to a held item only once its lease has run out, or to our own)."""
+        if not before or not logger.isEnabledFor(logging.INFO):
+            return
+        dead = before.get(it.OWNER, {}).get("S")
+        info = self._info(before)
+        if dead is None or dead == owner or info is None:
+            return
+        expires = it.number(before, it.EXPIRES_AT)
+        bounds = self.clock.bounds(sent)
+        if expires is None:
+            how = "it stored no expiry (no Date in its replies); taken after watching it unchanged for a whole lease"
+        elif bounds is None:
+            how = "taken after watching it unchanged for a whole lease (DynamoDB's clock unknown)"
+        else:
+            # DynamoDB's clock is known within bounds (its Date has whole seconds): the
+            # middle, and how far either way. Taken by the expiry once even the earliest
+            # reading is past it, else by watching the holder's record version.
+            ago, within = (bounds[0] + bounds[1]) / 2 - expires, (bounds[1] - bounds[0]) / 2
+            by = "its expiry" if bounds[0] >= expires else "watching it unchanged for a whole lease"
+            when = f"had expired {ago:.3f}s" if ago >= 0 else f"was to expire in {-ago:.3f}s"
+            how = f"its lease {when} (±{within:.3f}s) by DynamoDB's clock; taken by {by}"
+        logger.info(
+            "took over %r from %s (token %s), which never released it: %s",
+            key,
+            printable(info.describe()),
+            info.token,
+            how,
+        )
+
     def _gave_up(
         self,
         key: str,
@@ -421,7 +467,7 @@ class Acquiring(Holding):
         sent: float,
         expires: float,
     ) -> Lease:
-        return Lease(
+        lease = Lease(
             self._as_client,
             key=key,
             stored_key=stored,
@@ -433,6 +479,8 @@ class Acquiring(Holding):
             seq=attempt.seq,
             holder=dict(terms.holder or {}),
         )
+        lease.upkeep.looks = attempt.looks
+        return lease
 
     def _restamp(
         self, lease: Lease, attempt: Attempt, expires: float, sent: float

@@ -163,6 +163,9 @@ class ClientBase:
         with self._lock:
             self._held.add(lease)
         self._heartbeater.add(lease, self._first_heartbeat(lease))
+        logger.debug(
+            "acquired %r (token %s) after %.3fs and %d look(s)", lease.key, lease.token, waited, lease.upkeep.looks
+        )
         self._emit("acquired", lease, waited=waited)
 
     def _first_heartbeat(self, lease: Lease) -> float:

@@ -77,7 +77,9 @@ class HandingOver(Holding):
             # From here on this process neither renews nor releases it.
             lease.upkeep.mark_released()
         self._stop_holding(lease)
-        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
+        held = monotonic() - lease.acquired_monotonic
+        logger.debug("handed over %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
+        self._emit("released", lease, held=held)
         return handover
 
     def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:

@@ -122,7 +122,11 @@ class Holding(ClientBase):
         # acquire takes the key once its expiry has passed by DynamoDB's clock.
         lease.upkeep.mark_released()
         self._stop_holding(lease)
-        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
+        held = monotonic() - lease.acquired_monotonic
+        logger.debug(
+            "left %r (token %s) to run out in %.3fs, after holding it %.3fs", lease.key, lease.token, seconds, held
+        )
+        self._emit("released", lease, held=held)
 
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
@@ -201,7 +205,9 @@ class Holding(ClientBase):
         finally:
             lease.upkeep.mark_released()
             self._stop_holding(lease)
-        self._emit("released", lease, held=monotonic() - lease.acquired_monotonic)
+        held = monotonic() - lease.acquired_monotonic
+        logger.debug("released %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
+        self._emit("released", lease, held=held)
 
     def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
         """The release write. On success the item keeps its fence and loses its owner.

@@ -251,6 +251,8 @@ class Upkeep:
         self.heartbeat_due = 0.0
         # The validity end an alarm already watches (Holding._lose_on_time): one alarm per end.
         self.watched_end: float | None = None
+        # How many looks at the key (writes, reads, transactions) its acquisition took: DEBUG's line.
+        self.looks = 0
 
     @property
     def state(self) -> LeaseState:

@@ -60,6 +60,24 @@ class TransactionLook:
     unsupported: bool = False
 
 
+def _unreleased(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether the holder a look found (``before``) still held the key when our transaction
+    took it (``after``, read back): it released meanwhile if it wrote its tag into its
+    release slot or into the release ring at its token's index (items.RING), and a token
+    more than one above its own means others held the key in between."""
+    holder = before.get(it.OWNER, {}).get("S")
+    fence, taken = before.get(it.FENCE, {}).get("N"), after.get(it.FENCE, {}).get("N")
+    try:
+        if holder is None or fence is None or taken is None or int(taken) != int(fence) + 1:
+            return False
+    except ValueError:  # an item edited by hand: nothing to say about it
+        return False
+    slot, tag = it.release_slot(holder)
+    ring = after.get(it.RING, {}).get("L", [])
+    at = it.ring_index(int(fence))
+    return not ((at < len(ring) and ring[at] == {"S": tag}) or after.get(slot) == {"S": tag})
+
+
 class MultiKey(Acquiring):
     """acquire_many(): the transaction, its fallback, and reading back the tokens."""
 
@@ -235,6 +253,7 @@ class MultiKey(Acquiring):
         error: DynLockError | None
         while True:
             now = monotonic()
+            attempt.looks += 1  # a transaction, or else one read of the busy keys
             if not write and any(
                 due is not None and due <= 0
                 for due in (self._waiting.takeover_in(items.get(s), watches.get(s), now) for s in ordered)
@@ -360,7 +379,9 @@ class MultiKey(Acquiring):
             return TransactionLook(error=error)
         self._store.has_transactions = True
         leases: list[Lease] = yield Send(
-            functools.partial(self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries))
+            functools.partial(
+                self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries), dict(items)
+            )
         )
         return TransactionLook(leases=leases)
 
@@ -445,10 +466,14 @@ class MultiKey(Acquiring):
         terms: Terms,
         sent: float,
         expires: float,
+        seen: Mapping[str, dict[str, Any] | None] | None = None,
     ) -> list[Lease]:
+        """The leases of an applied transaction; ``seen``: what the looks before it found
+        (to name a crashed holder it took a key from)."""
         # TransactWriteItems returns no attributes: read the new tokens back. While we
         # own the keys nobody else can change them, so this read is exact.
         tokens: dict[str, int] = {}
+        found: dict[str, dict[str, Any]] = {}
         pending: dict[str, Any] = {
             self.options.table_name: {"Keys": [rq.key(self.options, s) for s in ordered], "ConsistentRead": True}
         }
@@ -461,6 +486,7 @@ class MultiKey(Acquiring):
             for item in reply.get("Responses", {}).get(self.options.table_name, []):
                 if item.get(it.OWNER, {}).get("S") == attempt.owner:
                     tokens[item[self.options.key_attribute]["S"]] = int(item[it.FENCE]["N"])
+                    found[item[self.options.key_attribute]["S"]] = item
             pending = reply.get("UnprocessedKeys") or {}
             if not pending:
                 break
@@ -468,4 +494,8 @@ class MultiKey(Acquiring):
         if len(tokens) != len(ordered):
             attempt.ambiguous = True
             raise BackendError("could not read back the fencing tokens of a multi-key acquire", retryable=True)
+        for stored in ordered:
+            before = (seen or {}).get(stored)
+            if before and _unreleased(before, found[stored]):
+                self._log_takeover(by_stored[stored], before, attempt.owner, sent)
         return [self._new_lease(by_stored[s], s, attempt, tokens[s], terms, sent, expires) for s in ordered]

@@ -70,6 +70,7 @@ class Attempt:
     seq: int = 0
     ambiguous: bool = False
     reserved: bool = False
+    looks: int = 0  # writes, reads or transactions sent to look at the key
 
 
 @dataclass
