@@ -9,4 +9,4 @@ class DynLockConfig(AppConfig):
 
     def ready(self) -> None:
         # Importing registers the checks and the setting_changed receiver (both idempotent).
-        from . import checks, conf  # noqa: F401
+        from . import checks, registry  # noqa: F401

@@ -34,10 +34,10 @@ from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.utils import uuid
 
 from .conf import DEFAULT_ALIAS
-from .decorators import _check_templates, _resolve
 from .engine.handover import Handover
 from .engine.lease import Lease
 from .exceptions import DynLockError, InvalidArgument, LockNotAcquired
+from .keytemplates import check_templates, resolve_keys
 from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock.celery")
@@ -187,9 +187,9 @@ class QueueOnce(Task):
         argument can write the separators; a ``key`` template is filled as written.
         """
         once = self._once()
-        signature = _check_templates([once.template], self.run)
+        signature = check_templates([once.template], self.run)
         quote = "key" not in (self.once or {})
-        return _resolve([once.template], signature, tuple(args or ()), dict(kwargs or {}), quote)[0]
+        return resolve_keys([once.template], signature, tuple(args or ()), dict(kwargs or {}), quote)[0]
 
     @property
     def once_lease(self) -> Lease | None:

@@ -17,7 +17,6 @@ from typing import Any
 
 from botocore.config import Config
 from django.conf import settings
-from django.core.signals import setting_changed
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 
@@ -445,18 +444,7 @@ def get_options(alias: str = DEFAULT_ALIAS) -> ClientOptions:
 
 
 def clear_caches() -> None:
+    """Forget the setting's problems and options, to be read again on next use (when
+    DYNLOCK changes: ``registry.py``'s receiver of ``setting_changed`` calls this)."""
     problems.cache_clear()
     get_options.cache_clear()
-    from .registry import forget_clients
-
-    forget_clients()
-
-
-def _on_setting_changed(*, setting: str, **kwargs: Any) -> None:
-    if setting == "DYNLOCK":
-        clear_caches()
-
-
-# Connected by a call rather than with @receiver: Django ships no type hints, and its
-# decorator would leave the function untyped.
-setting_changed.connect(_on_setting_changed, dispatch_uid="django_dynlock.conf.setting_changed")

@@ -2,7 +2,8 @@
 
 Keys are templates bound to the call's arguments (``"order:{order_id}"``,
 ``"invoice:{self.pk}"``) or callables; they are checked against the function's
-signature when the decorator is applied, so a typo fails at import time.
+signature when the decorator is applied, so a typo fails at import time
+(``keytemplates``, which Celery's ``QueueOnce`` fills its keys with too).
 """
 
 from __future__ import annotations
@@ -13,12 +14,9 @@ import functools
 import inspect
 import logging
 import math
-import re
-import string
 import sys
 import threading
 import time
-import urllib.parse
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -32,18 +30,17 @@ from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
 from .engine.text import printable
-from .exceptions import BackendError, InvalidArgument, InvalidKey, LockLost, LockNotAcquired
+from .exceptions import BackendError, InvalidArgument, LockLost, LockNotAcquired
+from .keytemplates import KeySpec, check_templates, is_template, placeholders, resolve_keys
 from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock")
 
 F = TypeVar("F", bound=Callable[..., Any])
-KeySpec = str | Callable[..., str | Sequence[str]]
 Handle = Lease | LeaseGroup
 
 RAISE, SKIP, RETRY = "raise", "skip", "retry"
 ON_LOST = ("raise", "log")
-_formatter = string.Formatter()
 
 
 @dataclass(frozen=True)
@@ -66,176 +63,6 @@ def _who() -> object:
     except RuntimeError:
         task = None
     return task if task is not None else threading.current_thread()
-
-
-def _is_template(key: str) -> bool:
-    """Whether ``key`` has a placeholder (``{order_id}``, also a bad one like ``{}``).
-
-    A key without one is used exactly as written, by the decorator and by a ``with``
-    block alike: ``"export:{"`` and ``"a{{b"`` are literal keys, and the same string
-    always names the same lock. Only in a template do ``{{``/``}}`` stand for braces.
-    """
-    try:
-        return any(field is not None for _, field, _, _ in _formatter.parse(key))
-    except ValueError:  # a lone or unbalanced brace: no placeholder
-        return False
-
-
-_NAMED = re.compile(r"\{[A-Za-z_]")
-
-
-def _is_broken_template(key: str) -> bool:
-    """A key that does not parse and has a brace before a name (``"order:{order_id"``):
-    a template with a typo, which a decorator refuses rather than lock as written."""
-    try:
-        list(_formatter.parse(key))
-    except ValueError:
-        return bool(_NAMED.search(key))
-    return False
-
-
-def _placeholders(template: str) -> list[str]:
-    """The root names a template refers to: "{self.pk}:{kind}" -> ["self", "kind"].
-
-    A field may name a parameter and its public attributes, nothing else: indexing
-    (``{data[0]}``) reads into arbitrary objects, and a private or dunder attribute
-    (``{self.__class__}``, ``{user._state}``) is no part of a key.
-    """
-    names = []
-    for _, field, _, _ in _formatter.parse(template):
-        if field is None:
-            continue
-        root = field.split(".", 1)[0].split("[", 1)[0]
-        if not root or root.isdigit():
-            raise InvalidArgument(
-                f"lock key template {template!r}: use named placeholders like {{order_id}}, not {{{field}}}"
-            )
-        if "[" in field:
-            raise InvalidArgument(
-                f"lock key template {template!r}: {{{field}}} indexes into a value; name a parameter "
-                "or an attribute of one ({order.pk}), or pass a callable key"
-            )
-        if any(part.startswith("_") for part in field.split(".")[1:]):
-            raise InvalidArgument(
-                f"lock key template {template!r}: {{{field}}} reaches a private attribute; use a "
-                "public one ({self.pk})"
-            )
-        names.append(root)
-    return names
-
-
-# The text Python gives an object with no __str__ of its own, a function or a method:
-# it names the object's address, so every call would lock a key of its own.
-_IDENTITY = re.compile(r" at 0x[0-9a-fA-F]+>")
-
-
-class _KeyFormatter(string.Formatter):
-    """Fills one template from the call's arguments.
-
-    Refuses a value that is not a str and is written as an object's address: such a
-    key gives no mutual exclusion (a str value is never refused: a URL may hold any
-    text). With ``quote``, each filled value is percent-encoded (``42:refund`` ->
-    ``42%3Arefund``), so that no value can write the template's separators.
-    """
-
-    def __init__(self, template: str, quote: bool):
-        self.template, self.quote = template, quote
-        self.field, self.value = "", None
-
-    def get_field(self, field_name: str, args: Sequence[Any], kwargs: Mapping[str, Any]) -> Any:
-        found = super().get_field(field_name, args, kwargs)
-        self.field, self.value = field_name, found[0]
-        return found
-
-    def format_field(self, value: Any, format_spec: str) -> str:
-        text = super().format_field(value, format_spec)
-        if not isinstance(self.value, str) and _IDENTITY.search(text):
-            kind = type(self.value).__qualname__
-            raise InvalidArgument(
-                f"lock key template {self.template!r}: {{{self.field}}} is a {kind} written as {text!r}, "
-                "which names the object's address, so no two calls would share the lock; use an attribute "
-                f"({{{self.field}.pk}}) or give {kind} a __str__"
-            )
-        return urllib.parse.quote(text, safe="") if self.quote else text
-
-
-def _check_templates(keys: Sequence[KeySpec], func: Callable[..., Any]) -> inspect.Signature | None:
-    """Refuse, at decoration time, a placeholder that names no parameter of ``func``."""
-    try:
-        signature = inspect.signature(func)
-    except (TypeError, ValueError):  # some builtins and C callables
-        return None
-    params = signature.parameters
-    takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
-    for key in keys:
-        if not isinstance(key, str):
-            continue
-        if not _is_template(key):
-            if _is_broken_template(key):
-                raise InvalidArgument(
-                    f"lock key template {key!r} has a placeholder without its closing brace; write "
-                    f"{{name}}, or pass a callable key if the brace belongs to the key"
-                )
-            continue
-        for name in _placeholders(key):
-            if name not in params and not takes_any:
-                raise InvalidArgument(
-                    f"lock key template {key!r} refers to {{{name}}}, but {func.__qualname__}() has no "
-                    f"parameter {name!r} (parameters: {', '.join(params) or 'none'})"
-                )
-    return signature
-
-
-def _namespace(signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    if signature is None:
-        return dict(kwargs)
-    bound = signature.bind_partial(*args, **kwargs)
-    bound.apply_defaults()
-    names: dict[str, Any] = {}
-    for name, value in bound.arguments.items():
-        kind = signature.parameters[name].kind
-        if kind is inspect.Parameter.VAR_KEYWORD:
-            names.update(value)  # URL kwargs arrive here on CBV dispatch(request, *args, **kwargs)
-        elif kind is not inspect.Parameter.VAR_POSITIONAL:
-            names[name] = value
-    return names
-
-
-def _resolve(
-    keys: Sequence[KeySpec],
-    signature: inspect.Signature | None,
-    args: tuple[Any, ...],
-    kwargs: dict[str, Any],
-    quote: bool = False,
-) -> list[str]:
-    namespace: dict[str, Any] | None = None
-    resolved: list[str] = []
-    for key in keys:
-        if callable(key):
-            value = key(*args, **kwargs)
-            if isinstance(value, str):
-                resolved.append(value)
-            elif isinstance(value, (list, tuple)):
-                resolved.extend(value)  # each is checked like any key (a str, not empty)
-            else:
-                name = getattr(key, "__qualname__", repr(key))
-                raise InvalidKey(
-                    f"the lock key function {name} returned {type(value).__name__}; "
-                    "it must return a key (str) or a list of keys"
-                )
-            continue
-        if not _is_template(key):
-            resolved.append(key)
-            continue
-        if namespace is None:
-            namespace = _namespace(signature, args, kwargs)
-        try:
-            resolved.append(_KeyFormatter(key, quote).vformat(key, (), namespace))
-        except (KeyError, AttributeError, IndexError) as exc:
-            raise InvalidArgument(
-                f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}"
-            ) from exc
-    return resolved
 
 
 def _find_request(args: tuple[Any, ...]) -> HttpRequest | None:
@@ -448,8 +275,8 @@ class dynamo_lock:
             if isinstance(key, str):
                 if not key:
                     raise InvalidArgument("a lock key template must not be empty")
-                if _is_template(key):
-                    _placeholders(key)
+                if is_template(key):
+                    placeholders(key)
         if on_busy is not None and not (on_busy in (RAISE, SKIP, RETRY) or callable(on_busy) or _is_status(on_busy)):
             raise InvalidArgument(
                 f"on_busy must be 'raise', 'skip', 'retry' (Celery tasks), an HTTP status code or a callable, "
@@ -595,13 +422,13 @@ class dynamo_lock:
                 f"the call returns, unlocked. Lock inside it instead: with dynamo_lock(...): yield ..."
             )
         keys = self.keys or (f"{func.__module__}.{func.__qualname__}",)
-        signature = _check_templates(keys, func)
+        signature = check_templates(keys, func)
 
         if iscoroutinefunction(func):
 
             @functools.wraps(func)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                resolved = _resolve(keys, signature, args, kwargs, self.quote)
+                resolved = resolve_keys(keys, signature, args, kwargs, self.quote)
                 if self._reentered(resolved) is not None:
                     return await func(*args, **kwargs)
                 request = _find_request(args)
@@ -627,7 +454,7 @@ class dynamo_lock:
 
         @functools.wraps(func)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            resolved = _resolve(keys, signature, args, kwargs, self.quote)
+            resolved = resolve_keys(keys, signature, args, kwargs, self.quote)
             if self._reentered(resolved) is not None:
                 return func(*args, **kwargs)
             request = _find_request(args)
@@ -671,7 +498,7 @@ class dynamo_lock:
         for key in self.keys:
             # A plain key is used as written ("export:{", "a{{b"); a placeholder here
             # would never be filled, so it is a mistake, not a key.
-            if not isinstance(key, str) or _is_template(key):
+            if not isinstance(key, str) or is_template(key):
                 raise InvalidArgument(
                     f"dynamo_lock used as a context manager takes plain keys, not templates or callables: "
                     f'got {key!r}; format it yourself, e.g. dynamo_lock(f"order:{{order.pk}}")'
