@@ -10,8 +10,10 @@ landed write is undone, an interrupted extend is rolled back to the lease's own 
 
 from __future__ import annotations
 
+import http.client
 import json
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -19,7 +21,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import urllib3.exceptions
+from billiard.exceptions import SoftTimeLimitExceeded
+from botocore.exceptions import HTTPClientError
 
+from django_dynlock.engine.failures import raised_into
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client
 from tests.support import interrupt_child as child_module
@@ -113,3 +119,22 @@ def test_an_exception_raised_into_a_request_reaches_the_caller_and_leaves_no_key
                 child.wait(5)
             direct.close()
         assert proxy.errors == []
+
+
+@pytest.mark.parametrize(
+    "cause, callers",
+    [
+        (SoftTimeLimitExceeded("soft time limit (0.1s) exceeded"), True),
+        (RuntimeError("raised by a signal handler"), True),
+        (ConnectionResetError(104, "reset"), False),
+        (TimeoutError("timed out"), False),
+        (ssl.SSLError("bad record mac"), False),
+        (http.client.RemoteDisconnected("closed"), False),
+        (urllib3.exceptions.ProtocolError("aborted"), False),
+    ],
+    ids=lambda value: type(value).__name__ if isinstance(value, BaseException) else str(value),
+)
+def test_only_a_transport_error_wrapped_by_botocore_is_the_networks(cause, callers):
+    wrapped = HTTPClientError(error=cause)
+    assert raised_into(wrapped) is (cause if callers else None)
+    assert raised_into(cause) is None  # not wrapped: nothing to unwrap
