@@ -10,6 +10,7 @@ landed write is undone, an interrupted extend is rolled back to the lease's own 
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import json
 import signal
@@ -29,6 +30,7 @@ from django_dynlock.engine.failures import raised_into
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import dummy_client
 from tests.support import interrupt_child as child_module
+from tests.support.clients import client_for
 from tests.support.polling import wait_for
 
 SIGNALS = {"KeyboardInterrupt": signal.SIGINT, "SoftTimeLimitExceeded": signal.SIGUSR1}
@@ -48,12 +50,12 @@ def is_extend(body: dict[str, Any]) -> bool:
     return lease_ms == str(int(child_module.EXTENDED * 1000)) and not is_acquire(body)
 
 
-def hold_reply(proxy: FaultProxy, operation: str, transactions: bool):
+def hold_reply(proxy: FaultProxy, operation: str, transactions: bool, seconds: float = HELD_FOR):
     if operation == "acquire_many" and transactions:
-        return proxy.add_fault("delay_reply", operation="TransactWriteItems", delay_seconds=HELD_FOR)
+        return proxy.add_fault("delay_reply", operation="TransactWriteItems", delay_seconds=seconds)
     # Without transactions (dynalite) acquire_many's first key is acquired alone.
     match = {"acquire": is_acquire, "acquire_many": is_acquire, "release": is_release, "extend": is_extend}
-    return proxy.add_fault("delay_reply", operation="UpdateItem", match=match[operation], delay_seconds=HELD_FOR)
+    return proxy.add_fault("delay_reply", operation="UpdateItem", match=match[operation], delay_seconds=seconds)
 
 
 @pytest.mark.parametrize("exception", sorted(SIGNALS))
@@ -117,6 +119,53 @@ def test_an_exception_raised_into_a_request_reaches_the_caller_and_leaves_no_key
             if child.poll() is None:
                 child.kill()
                 child.wait(5)
+            direct.close()
+        assert proxy.errors == []
+
+
+@pytest.mark.parametrize("operation", ["acquire", "acquire_many"])
+def test_a_cancelled_async_acquire_whose_write_landed_leaves_no_key_held_by_nobody(dynlock, operation):
+    """The async path drives the same steps: a cancellation while the reply of a landed
+    write is held back waits for the request to end, then undoes it."""
+    table = dynlock.options.table_name
+    keys = child_module.GROUP if operation == "acquire_many" else [child_module.KEY]
+    direct = dummy_client(dynlock.server.endpoint_url)
+    with FaultProxy(dynlock.server.endpoint_url, max_seconds=60) as proxy:
+        client = client_for(
+            proxy.endpoint_url,
+            table,
+            lease_duration=child_module.LEASE,
+            heartbeat_period=10.0,
+            client_config={"read_timeout": 20, "connect_timeout": 2},
+        )
+        held = hold_reply(proxy, operation, getattr(dynlock.server, "kind", "") != "dynalite", seconds=2.0)
+
+        def landed() -> bool:
+            item = direct.get_item(TableName=table, Key={"key": {"S": keys[0]}}, ConsistentRead=True).get("Item", {})
+            return bool(held.fired) and "owner" in item
+
+        async def main() -> None:
+            acquiring = asyncio.create_task(
+                client.acquire_many_async(keys, wait=10)
+                if operation == "acquire_many"
+                else client.acquire_async(keys[0], wait=10)
+            )
+            deadline = time.monotonic() + 20
+            while not landed():
+                assert time.monotonic() < deadline and not acquiring.done(), "the write did not land"
+                await asyncio.sleep(0.02)
+            acquiring.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await acquiring
+
+        try:
+            asyncio.run(asyncio.wait_for(main(), 30))
+            for key in keys:
+                lease = dynlock.try_acquire(key)
+                assert lease is not None, key
+                lease.release()
+        finally:
+            client.close()
             direct.close()
         assert proxy.errors == []
 
