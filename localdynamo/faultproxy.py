@@ -15,6 +15,10 @@ for requests chosen to suffer a fault:
 ``"delay"``
     sleep ``delay_seconds``, then forward.  With a client read timeout shorter
     than the delay the client gives up although the write is applied upstream.
+``"delay_reply"``
+    forward (the request *is* applied), then hold its reply ``delay_seconds``
+    before answering: a caller interrupted while it waits for the reply of a
+    write that has landed.
 ``"reset"``
     abort the client connection (TCP RST); not forwarded.
 ``"drop_reply"``
@@ -94,6 +98,7 @@ FAULT_KINDS = frozenset(
         "throttle",
         "replicated_conflict",
         "delay",
+        "delay_reply",
         "reset",
         "drop_reply",
         "http500_applied",
@@ -302,6 +307,9 @@ class _Handler(BaseHTTPRequestHandler):
         if record is not None:
             record.upstream = status
             record.reply_bytes = len(payload)
+        if kind == "delay_reply" and proxy._stopping.wait(delay):
+            self._abort()
+            return
         if kind == "drop_reply":
             # Plain close (FIN), unlike "reset": the reply is simply never sent.
             self.close_connection = True
@@ -707,8 +715,8 @@ class FaultProxy:
 def _check_kind(kind: str, delay_seconds: float | None) -> None:
     if kind not in FAULT_KINDS:
         raise ValueError(f"unknown fault kind {kind!r}; expected one of {sorted(FAULT_KINDS)}")
-    if kind == "delay" and (delay_seconds is None or delay_seconds < 0):
-        raise ValueError("a delay fault needs delay_seconds >= 0")
+    if kind in ("delay", "delay_reply") and (delay_seconds is None or delay_seconds < 0):
+        raise ValueError(f"a {kind} fault needs delay_seconds >= 0")
 
 
 def _redate(headers: list[tuple[str, str]], offset: float) -> list[tuple[str, str]]:

@@ -161,6 +161,7 @@ def test_client_keep_alive_survives_injected_errors(proxy: FaultProxy, table: st
         ("http500", ClientError, "InternalServerError", False),
         ("throttle", ClientError, "ProvisionedThroughputExceededException", False),
         ("delay", ReadTimeoutError, None, True),
+        ("delay_reply", ReadTimeoutError, None, True),
         ("reset", ConnectionClosedError, None, False),
         ("drop_reply", ConnectionClosedError, None, True),
         ("http500_applied", ClientError, "InternalServerError", True),

@@ -125,11 +125,11 @@ class Acquiring(Holding):
                         self._executors.waiting,
                         interrupted=interrupted,
                     )
+                    self._waiting.remember(stored, None)
                 except BaseException:
                     undo = loop.run_in_executor(self._executors.holding, self._abandon, stored, attempt)
                     await asyncio.shield(undo)
                     raise
-                self._waiting.remember(stored, None)
             except BaseException:
                 self._keylocks.leave(stored)
                 raise
@@ -174,12 +174,12 @@ class Acquiring(Holding):
         attempt = Attempt(owner=self._new_owner())
         try:
             lease = steps.run(self._acquire_steps(key, stored, terms, attempt, single=single))
+            self._waiting.remember(stored, None)
         except BaseException:
             # However we leave (busy, an error, SystemExit, a task's time limit): undo an
             # attempt that may have landed unseen, and give up our reserved turn.
             self._abandon(stored, attempt)
             raise
-        self._waiting.remember(stored, None)
         return lease
 
     def _acquire_steps(
@@ -232,6 +232,13 @@ class Acquiring(Holding):
                 takeover = watch.takeover_rvn(looked_at) if watch is not None else None
                 params, expires = self._acquire_request(stored, attempt, terms, takeover)
                 sent = monotonic()
+                # However we leave this yield it may land: by a reply, a failure that says
+                # whether it may have, or an exception the caller's own code raises into
+                # the request (KeyboardInterrupt, a signal handler, a task's soft time
+                # limit), which no clause below knows. Until one says it did not, an undo
+                # must run (issue 36, D2). As the reservation below.
+                was_ambiguous = attempt.ambiguous
+                attempt.ambiguous = True
                 try:
                     reply = yield Send(
                         functools.partial(
@@ -246,6 +253,7 @@ class Acquiring(Holding):
                         )
                     )
                 except ClientError as exc:
+                    attempt.ambiguous = was_ambiguous  # its condition failed: not applied
                     # Where the server returns no item (dynalite) reading it costs a call:
                     # try_acquire skips it, unless only a watch of the holder's record
                     # version (kept between calls) can ever take the key over.
@@ -256,11 +264,12 @@ class Acquiring(Holding):
                     if seen is None and read:
                         look = functools.partial(self._store.old_item, exc, stored, attempts=1)
                 except DynLockError as exc:
-                    attempt.ambiguous = attempt.ambiguous or getattr(exc, "ambiguous", False)
+                    attempt.ambiguous = was_ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
                         raise
                     error = exc  # try the write again: it recognises itself
                 else:
+                    # Applied: the key is ours, and stays to undo until the lease is handed out.
                     before = reply.get("Attributes") or {}
                     token = _token_after(before, params)
                     self._log_takeover(key, before, attempt.owner, sent)
@@ -282,6 +291,7 @@ class Acquiring(Holding):
                             continue
                         error = BackendError("acquired, but too late to use (was this thread starved?)", retryable=True)
                     else:
+                        attempt.ambiguous = was_ambiguous  # no longer ours: nothing of this write to undo
                         seen = item_now  # taken while we restamped: busy
             else:
                 # Sent once: the loop is the retry, and a read tried three times could

@@ -7,14 +7,17 @@ retry must recognise its own earlier success, which our conditions allow).
 
 from __future__ import annotations
 
+import http.client
 from urllib.parse import urlsplit, urlunsplit
 
+import urllib3.exceptions
 from botocore.exceptions import (
     BotoCoreError,
     ClientError,
     ConnectionClosedError,
     ConnectTimeoutError,
     EndpointConnectionError,
+    HTTPClientError,
     InvalidRegionError,
     NoCredentialsError,
     NoRegionError,
@@ -97,6 +100,28 @@ def describe_endpoint(endpoint: str | None, region: str | None) -> str:
     lock in different tables and never exclude each other."""
     where = safe_endpoint(endpoint)
     return f"{where}, region {region}" if region else where
+
+
+# What a failure of the network is, inside botocore's HTTP client: the socket's (OSError:
+# resets, timeouts, ssl.SSLError), http.client's and urllib3's, and botocore's own.
+TRANSPORT_ERRORS = (OSError, http.client.HTTPException, urllib3.exceptions.HTTPError, BotoCoreError)
+
+
+def raised_into(exc: BaseException) -> BaseException | None:
+    """The exception the caller's own code raised into a request, if botocore wrapped it.
+
+    botocore turns any Exception raised while its HTTP client sends or reads into
+    ``HTTPClientError``, whatever raised it: a signal handler of the caller's
+    (Celery's SoftTimeLimitExceeded at a task's soft time limit) as well as the
+    network. Only a transport error is the network's: retried, the request would
+    swallow the caller's exception and hand out what the caller had stopped waiting for
+    (issue 36, N1). (A BaseException such as KeyboardInterrupt passes botocore unwrapped.)
+    """
+    if isinstance(exc, HTTPClientError):
+        cause = exc.kwargs.get("error")
+        if isinstance(cause, BaseException) and not isinstance(cause, TRANSPORT_ERRORS):
+            return cause
+    return None
 
 
 def may_have_applied(exc: BaseException) -> bool:

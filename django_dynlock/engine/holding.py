@@ -107,17 +107,33 @@ class Holding(ClientBase):
         self._check_open()
         new = self._lease_seconds(lease_seconds if lease_seconds is not None else lease.lease_seconds)
         lease.raise_if_lost()
-        with lease.upkeep.renew_lock:
-            self._renew_once(lease, new)
+        self._renew_for_caller(lease, new)
         # The next renewal follows the new lease's period, not the old one's.
         self._heartbeater.add(lease, self._period(new))
+
+    def _renew_for_caller(self, lease: Lease, lease_seconds: float) -> None:
+        """extend()'s and keep_for()'s write, on the caller's thread.
+
+        An exception the caller's own code raises into it (KeyboardInterrupt, a signal
+        handler, a task's soft time limit) reaches the caller as raised, and the write
+        it interrupted, which may have landed with terms the lease does not know of, is
+        rolled back: the heartbeat renews at once with the lease's own (a later sequence
+        number, so that the interrupted write cannot land after it).
+        """
+        with lease.upkeep.renew_lock:
+            try:
+                self._renew_once(lease, lease_seconds)
+            except DynLockError:
+                raise
+            except BaseException:
+                self._heartbeater.schedule(lease, monotonic())
+                raise
 
     def _keep_for(self, lease: Lease, seconds: float) -> None:
         self._check_open()
         seconds = check_seconds("seconds", seconds)  # type: ignore[assignment]
         lease.raise_if_lost()
-        with lease.upkeep.renew_lock:
-            self._renew_once(lease, seconds)
+        self._renew_for_caller(lease, seconds)
         # From here on nobody renews or releases it: the lease simply runs out, and any
         # acquire takes the key once its expiry has passed by DynamoDB's clock.
         lease.upkeep.mark_released()
@@ -251,6 +267,12 @@ class Holding(ClientBase):
                 # The work ran under a valid lease; only freeing it early failed.
                 logger.warning("could not release %r, retrying in the background: %s", lease, exc)
             self._release_later(lease)
+        except BaseException:
+            # Raised into the request by the caller's own code (KeyboardInterrupt, a signal
+            # handler, a task's soft time limit): it reaches the caller, and the release,
+            # which may not have landed, goes on in the background.
+            self._release_later(lease)
+            raise
 
     @staticmethod
     def _released_by_us(lease: Lease, item: Mapping[str, Any] | None) -> bool:

@@ -164,7 +164,10 @@ class MultiKey(Acquiring):
             attempt = Attempt(owner=self._new_owner())
             progress.attempts = [(stored, attempt) for stored in ordered]
             leases = yield from self._transaction_steps(by_stored, ordered, terms, attempt)
-            progress.attempts = []  # ours now; or None: the server has no transactions, nothing was written
+            # Ours now, given back if we leave before they are handed out; or None: the
+            # server has no transactions, nothing was written.
+            progress.leases = leases or []
+            progress.attempts = []
             if leases is not None:
                 return leases
         return (yield from self._in_order_steps(by_stored, ordered, terms, progress))
@@ -330,10 +333,17 @@ class MultiKey(Acquiring):
             updates.append({"Update": {"TableName": self.options.table_name, **request}})
             expiries.append(expires)
         sent = monotonic()
+        # It may land however we leave this yield, an exception the caller's code raises
+        # into the request included: until a reply says it did not, an undo must run (see
+        # _acquire_steps).
+        was_ambiguous = attempt.ambiguous
+        attempt.ambiguous = True
         try:
             yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
         except ClientError as exc:
             code = error_code(exc)
+            if code in ("UnknownOperationException", "TransactionCanceledException"):
+                attempt.ambiguous = was_ambiguous  # refused whole: not applied
             if code == "UnknownOperationException":
                 self._store.has_transactions = False
                 self._store.say_once(
@@ -345,7 +355,7 @@ class MultiKey(Acquiring):
                 return TransactionLook(unsupported=True)
             if code != "TransactionCanceledException":
                 error = self._store.translate(exc, "acquire several locks")
-                attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+                attempt.ambiguous = was_ambiguous or getattr(error, "ambiguous", False)
                 if not getattr(error, "retryable", False):
                     raise error from exc
                 return TransactionLook(error=error)
@@ -375,7 +385,7 @@ class MultiKey(Acquiring):
             return TransactionLook(busy=busy)
         except BotoCoreError as exc:
             error = self._store.translate(exc, "acquire several locks")
-            attempt.ambiguous = attempt.ambiguous or getattr(error, "ambiguous", False)
+            attempt.ambiguous = was_ambiguous or getattr(error, "ambiguous", False)
             return TransactionLook(error=error)
         self._store.has_transactions = True
         leases: list[Lease] = yield Send(

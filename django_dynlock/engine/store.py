@@ -16,13 +16,13 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
 from ..exceptions import DynLockError
 from . import requests as rq
 from .clock import ServerClock, monotonic, reply_date
 from .connection import build_boto_client
-from .failures import error_code, is_throttling, may_have_applied, safe_endpoint, translate
+from .failures import error_code, is_throttling, may_have_applied, raised_into, safe_endpoint, translate
 from .options import ClientOptions
 
 logger = logging.getLogger("django_dynlock")
@@ -159,9 +159,16 @@ class Store:
             time.sleep(backoff(self.options, failures - 1))
 
     def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
-        """One botocore call; its reply's Date header narrows our view of DynamoDB's clock."""
+        """One botocore call; its reply's Date header narrows our view of DynamoDB's clock.
+
+        An exception the caller's own code raised into the request (a signal handler, a
+        soft time limit) is raised as it was, not as botocore wrapped it: it is not the
+        network's, and nothing retries it. The request may have been applied: the
+        callers' undo assumes so of any exception they do not know (acquiring.py).
+        """
         method = getattr(self.boto, operation)
         sent = monotonic()
+        own: BaseException | None = None
         try:
             reply: dict[str, Any] = method(**params)
         except ClientError as exc:
@@ -169,6 +176,12 @@ class Store:
             if date is not None:  # an error without one may be an intermediary's: it says nothing of DynamoDB
                 self.clock.observe(sent, monotonic(), date)
             raise
+        except HTTPClientError as exc:
+            own = raised_into(exc)
+            if own is None:
+                raise
+        if own is not None:
+            raise own  # outside the handler: the caller's exception, with no wrapper as its context
         self.clock.observe(sent, monotonic(), reply_date(reply))
         return reply
 

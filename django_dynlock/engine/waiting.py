@@ -64,7 +64,8 @@ THROTTLE_DOUBLINGS = 6
 @dataclass
 class Attempt:
     """One acquisition's attempts: its owner id, the sequence number of its last write,
-    whether a write may have landed unseen, and whether it holds the next turn."""
+    whether a write may have landed unseen (sent, and no answer yet said it did not; or
+    applied, and its lease not yet handed out), and whether it holds the next turn."""
 
     owner: str
     seq: int = 0
