@@ -157,14 +157,20 @@ def translate(
         if code == "AccessDeniedException":
             # AWS's own text names the principal and the refused action: keep it.
             operation = getattr(exc, "operation_name", None)
+            refused = iam.refused_action(operation, message)
             policies = "; ".join(
-                f"the {which} policy has it ({', '.join(iam.POLICIES[which])}): "
+                f"the {which} policy has {'it' if refused else 'them'} ({', '.join(iam.POLICIES[which])}): "
                 f"`python manage.py createlocktable --print iam-{which}`"
-                for which in iam.policies_with(operation)
+                for which in iam.policies_with(refused)
+            )
+            # IAM has no action named after a transaction: name the entries' actions.
+            grant = (
+                refused
+                or "each entry's action (dynamodb:UpdateItem for an Update, dynamodb:ConditionCheckItem for a ConditionCheck)"
             )
             return BackendError(
                 f"access denied to table {table!r} at {where} while trying to {action}: AWS says "
-                f"{message or code!r}. Grant the IAM principal dynamodb:{operation} on the table; "
+                f"{message or code!r}. Grant the IAM principal {grant} on the table; "
                 f"{policies} (docs/security.md)",
                 code=code,
             )

@@ -68,6 +68,9 @@ def aws_denial(operation: str) -> str:
     )
 
 
+TRANSACTION_DENIAL = "User: arn:aws:iam::123456789012:user/ci is not authorized to perform this operation"
+
+
 class DenyAll(BaseHTTPRequestHandler):
     """A DynamoDB endpoint that answers every request with AccessDeniedException, in
     AWS's words."""
@@ -75,11 +78,11 @@ class DenyAll(BaseHTTPRequestHandler):
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         operation = self.headers.get("X-Amz-Target", ".Unknown").rsplit(".", 1)[1]
+        # IAM has no action named after a transaction (its entries have theirs): a text
+        # that names none, so that the hint has to.
+        text = TRANSACTION_DENIAL if operation == "TransactWriteItems" else aws_denial(operation)
         body = json.dumps(
-            {
-                "__type": "com.amazonaws.dynamodb.v20120810#AccessDeniedException",
-                "message": aws_denial(operation),
-            }
+            {"__type": "com.amazonaws.dynamodb.v20120810#AccessDeniedException", "message": text}
         ).encode()
         self.send_response(400)
         self.send_header("Content-Type", "application/x-amz-json-1.0")
@@ -130,3 +133,18 @@ def test_access_denied_through_the_public_api(deny_all, settings):
         get_lock_client().create_table()
     assert aws_denial("DescribeTable") in str(raised.value) or aws_denial("CreateTable") in str(raised.value)
     assert "dynamodb:DescribeTimeToLive" in str(raised.value)
+
+
+def test_access_denied_to_a_transaction_names_its_entries_actions(deny_all, settings):
+    # issue 35: the hint asked for dynamodb:TransactWriteItems, an action IAM does not have
+    from django_dynlock import BackendError, get_lock_client
+
+    settings.DYNLOCK = {"default": alias_settings(deny_all, "ttt")}
+    with pytest.raises(BackendError) as raised:
+        get_lock_client().acquire_many(["a", "b"])
+    message = str(raised.value)
+    assert TRANSACTION_DENIAL in message and "dynamodb:TransactWriteItems" not in message
+    assert "Grant the IAM principal each entry's action (dynamodb:UpdateItem for an Update, " in message
+    assert (
+        "dynamodb:ConditionCheckItem, dynamodb:Scan): `python manage.py createlocktable --print iam-runtime`" in message
+    )
