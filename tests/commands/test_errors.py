@@ -12,7 +12,7 @@ import pytest
 
 from localdynamo.servers import table_name
 from tests.support.aliases import alias_settings
-from tests.support.commands import FAST_FAIL, UNREACHABLE, fails
+from tests.support.commands import FAST_FAIL, UNREACHABLE, fails, run
 
 COMMANDS = [
     ["createlocktable"],
@@ -57,6 +57,40 @@ def test_missing_credentials(moto_server, settings, monkeypatch, command):
     settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, "ttt", SESSION_OPTIONS={})}
     error = fails(*command)
     assert error.returncode == 3 and "no AWS credentials found" in str(error)
+    # issue 35: a local server still needs some keys, and the message shows the setting
+    assert f"a local server at {moto_server.endpoint_url}, region us-east-1 still needs some keys" in str(error)
+    assert "set SESSION_OPTIONS = {'aws_access_key_id': 'local', 'aws_secret_access_key': 'local'}" in str(error)
+
+
+def keys(key_id: str) -> dict[str, str]:
+    return {"aws_access_key_id": key_id, "aws_secret_access_key": f"secret-of-{key_id}"}
+
+
+def test_dynamodb_local_keeps_a_database_per_access_key(dynamodb_local_server, settings):
+    # issue 35: a second set of keys gave TableNotFound, whose hint named only the region
+    from django_dynlock import TableNotFound, get_lock_client
+
+    name = table_name()
+    settings.DYNLOCK = {
+        "default": alias_settings(dynamodb_local_server.endpoint_url, name, SESSION_OPTIONS=keys("first"))
+    }
+    run("createlocktable", verbosity=0)
+    get_lock_client().acquire("k").release()
+    settings.DYNLOCK = {
+        "default": alias_settings(dynamodb_local_server.endpoint_url, name, SESSION_OPTIONS=keys("second"))
+    }
+    with pytest.raises(TableNotFound) as raised:
+        get_lock_client().acquire("k")
+    error = fails("showlocks")
+    assert error.returncode == 3
+    for message in (str(raised.value), str(error)):
+        assert f"does not exist at {dynamodb_local_server.endpoint_url}, region us-east-1: create it" in message
+        assert "or, if it was created with other keys, use those: DynamoDB Local keeps one database per " in message
+        assert (
+            "access key id and region unless started with -sharedDb (this client used access key id 'second')"
+            in message
+        )
+        assert "secret-of" not in message  # the public id only (docs/security.md)
 
 
 def aws_denial(operation: str) -> str:
