@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
 from localdynamo.servers import table_name
 from tests.support.aliases import alias_settings
 from tests.support.commands import FAST_FAIL, UNREACHABLE, fails, run
+from tests.support.deny_all import TRANSACTION_DENIAL, DenyAllServer, aws_denial
 
 COMMANDS = [
     ["createlocktable"],
@@ -93,50 +90,13 @@ def test_dynamodb_local_keeps_a_database_per_access_key(dynamodb_local_server, s
         assert "secret-of" not in message  # the public id only (docs/security.md)
 
 
-def aws_denial(operation: str) -> str:
-    """AWS's AccessDenied text: it names the principal and the refused action."""
-    return (
-        f"User: arn:aws:iam::123456789012:user/ci is not authorized to perform: dynamodb:{operation} on "
-        f"resource: arn:aws:dynamodb:us-east-1:123456789012:table/ttt because no identity-based policy "
-        f"allows the dynamodb:{operation} action"
-    )
-
-
-TRANSACTION_DENIAL = "User: arn:aws:iam::123456789012:user/ci is not authorized to perform this operation"
-
-
-class DenyAll(BaseHTTPRequestHandler):
-    """A DynamoDB endpoint that answers every request with AccessDeniedException, in
-    AWS's words."""
-
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        operation = self.headers.get("X-Amz-Target", ".Unknown").rsplit(".", 1)[1]
-        # IAM has no action named after a transaction (its entries have theirs): a text
-        # that names none, so that the hint has to.
-        text = TRANSACTION_DENIAL if operation == "TransactWriteItems" else aws_denial(operation)
-        body = json.dumps(
-            {"__type": "com.amazonaws.dynamodb.v20120810#AccessDeniedException", "message": text}
-        ).encode()
-        self.send_response(400)
-        self.send_header("Content-Type", "application/x-amz-json-1.0")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
-
-
 @pytest.fixture(scope="module")
 def deny_all() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), DenyAll)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+    # In a process of its own: in this one, its replies waited for this process to run
+    # Python, and a stall of it under load gave "no reply" (tests/support/deny_all.py).
+    server = DenyAllServer()
+    yield server.endpoint_url
+    server.stop()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
