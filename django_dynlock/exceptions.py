@@ -47,7 +47,13 @@ class BackendError(DynLockError):
 
 
 class TableNotFound(BackendError):
-    """The lock table does not exist: create it with ``manage.py createlocktable``."""
+    """The lock table does not exist: create it with ``manage.py createlocktable``.
+
+    ``access_key_id``: the public id of the keys the client signed with, which the
+    message names (DynamoDB Local keeps a database per access key id and region).
+    """
+
+    access_key_id: str | None = None
 
 
 class TableSchemaError(BackendError):

@@ -72,6 +72,9 @@ def run_singleton(
     if not 0 <= busy_exit <= 255:
         usage_error(_("busy exit code must be 0-255, got %(code)s") % {"code": busy_exit})
     client = lock_client(using)
+    if at_least > 0:
+        # So that showlocks can tell a lease kept after its run from a crashed holder's.
+        holder = {**holder, fmt.AT_LEAST_KEY: f"{at_least:g}"}
     with translated_errors():
         try:
             held = client.acquire(key, wait=wait, lease=lease, holder=holder)

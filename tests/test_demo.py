@@ -141,3 +141,60 @@ def test_the_event_page_offers_the_payment_times_and_links_to_the_admin_on_its_k
     assert f'<code id="lock-key">event:{event.pk}</code>' in text
     assert f'href="/admin/django_dynlock/lease/?q=event%3A{event.pk}&amp;refresh=1"' in text
     assert '<option value="1">1 s</option>' in text
+
+
+RUN_DEMO = """
+import sys
+sys.path.insert(0, "scripts")
+import demo
+demo.WEB_PORT, demo.DYNAMODB_PORT = {web}, {dynamodb}
+sys.exit(demo.main())
+"""
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_the_demo_and_exits_0():
+    # issue 35: Ctrl-C made scripts/demo.py exit 130, and `make run` ended with "Error 130".
+    # A terminal's Ctrl-C is a SIGINT to the whole foreground process group.
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    from localdynamo.servers import free_port, port_is_free
+
+    web, dynamodb = free_port(), free_port()
+    demo = subprocess.Popen(
+        [sys.executable, "-c", RUN_DEMO.format(web=web, dynamodb=dynamodb)],
+        cwd=Path(__file__).parents[1],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+        # as from a shell: SIGINT not ignored, whatever this process does with it
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+    )
+    try:
+        lines = []
+        deadline = time.monotonic() + 240
+        assert demo.stdout is not None
+        for line in demo.stdout:
+            lines.append(line)
+            if "Press Ctrl-C to stop." in line or time.monotonic() > deadline:
+                break
+        while port_is_free(web) and time.monotonic() < deadline:  # runserver is starting
+            time.sleep(0.2)
+        os.killpg(demo.pid, signal.SIGINT)
+        out, _ = demo.communicate(timeout=60)
+    finally:
+        if demo.poll() is None:
+            os.killpg(demo.pid, signal.SIGKILL)
+            demo.wait()
+    output = "".join(lines) + out
+    assert demo.returncode == 0, output
+    assert "[demo] stopping (KeyboardInterrupt) ..." in output and "[demo] moto stopped" in output
+    assert "Traceback" not in output
+    assert port_is_free(web) and port_is_free(dynamodb)

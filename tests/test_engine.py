@@ -402,9 +402,15 @@ def test_missing_credentials(moto_server, monkeypatch):
     client = LockClient(ClientOptions(endpoint_url=moto_server.endpoint_url, region_name=DUMMY_REGION))
     from django_dynlock import CredentialsError
 
-    with pytest.raises(CredentialsError, match="no AWS credentials found: set DYNLOCK SESSION_OPTIONS"):
+    # issue 35: a local server needs some keys too, and the message says so
+    with pytest.raises(CredentialsError, match="no AWS credentials found: a local server at .* still needs some keys"):
         client.acquire("k")
     client.close()
+    # AWS's endpoint: the request fails at signing, before it is sent
+    aws = LockClient(ClientOptions(endpoint_url="https://dynamodb.us-east-1.amazonaws.com", region_name=DUMMY_REGION))
+    with pytest.raises(CredentialsError, match="no AWS credentials found: set DYNLOCK SESSION_OPTIONS"):
+        aws.acquire("k")
+    aws.close()
 
 
 def test_a_forked_child_owns_none_of_its_parents_leases(dynlock):

@@ -37,8 +37,12 @@ def failure_notice(exc: DynLockError, alias: str) -> FailureNotice:
             _("Run `python manage.py check` to see them, and fix DYNLOCK."),
         )
     if isinstance(exc, TableNotFound):
+        # The admin's pages show no part of the keys (docs/security.md), not even the id.
+        text = str(exc)
+        if exc.access_key_id:
+            text = text.replace(f"access key id {exc.access_key_id!r}", "an access key id not shown here")
         return FailureNotice(
-            str(exc), _("Create the table: `%(command)s`.") % {"command": f"python manage.py createlocktable{switch}"}
+            text, _("Create the table: `%(command)s`.") % {"command": f"python manage.py createlocktable{switch}"}
         )
     if isinstance(exc, CredentialsError):
         return FailureNotice(

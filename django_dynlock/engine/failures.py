@@ -8,6 +8,7 @@ retry must recognise its own earlier success, which our conditions allow).
 from __future__ import annotations
 
 import http.client
+from collections.abc import Callable
 from urllib.parse import urlsplit, urlunsplit
 
 import urllib3.exceptions
@@ -65,6 +66,18 @@ CREDENTIAL_CODES = frozenset(
         "IncompleteSignature",
     }
 )
+
+
+# What SESSION_OPTIONS needs against a local server (README's "Against a local DynamoDB").
+LOCAL_KEYS = "SESSION_OPTIONS = {'aws_access_key_id': 'local', 'aws_secret_access_key': 'local'}"
+
+
+def is_aws(endpoint: str | None) -> bool:
+    """Whether an ENDPOINT_URL is AWS's (none: boto3 picks AWS's for the region)."""
+    if not endpoint:
+        return True
+    host = (urlsplit(endpoint).hostname or "").lower()
+    return host.endswith((".amazonaws.com", ".amazonaws.com.cn", ".api.aws"))
 
 
 def error_code(exc: BaseException) -> str | None:
@@ -158,8 +171,10 @@ def translate(
     action: str,
     region: str | None = None,
     key_attribute: str = "key",
+    access_key_id: Callable[[], str | None] = lambda: None,
 ) -> DynLockError:
-    """A typed error whose message says what to fix. Never includes credentials."""
+    """A typed error whose message says what to fix. Never includes credentials: of the
+    keys, only ``access_key_id()``, the public half, in a missing table's message."""
     where = describe_endpoint(endpoint, region)
     if isinstance(exc, DynLockError):
         return exc
@@ -167,12 +182,25 @@ def translate(
         code = error_code(exc) or "Unknown"
         message = exc.response.get("Error", {}).get("Message") or ""
         if code == "ResourceNotFoundException":
-            return TableNotFound(
+            # Tables belong to an account and a region on AWS, to an access key id and a
+            # region on DynamoDB Local (unless -sharedDb): name both that were used.
+            key_id = access_key_id()
+            keys = f"access key id {key_id!r}" if key_id else "no access key id"
+            if is_aws(endpoint):
+                elsewhere = f"if it is in another account, use that account's keys (this client used {keys})"
+            else:
+                elsewhere = (
+                    f"if it was created with other keys, use those: DynamoDB Local keeps one database per "
+                    f"access key id and region unless started with -sharedDb (this client used {keys})"
+                )
+            missing = TableNotFound(
                 f"the lock table {table!r} does not exist at {where}: create it with "
                 f"`python manage.py createlocktable` (or LockClient.create_table()), or, if it exists in "
-                f"another region, set REGION_NAME to that one",
+                f"another region, set REGION_NAME to that one, or, {elsewhere}",
                 code=code,
             )
+            missing.access_key_id = key_id
+            return missing
         if code in CREDENTIAL_CODES:
             return CredentialsError(
                 f"DynamoDB at {where} rejected the credentials ({code}) while trying to {action}: "
@@ -182,14 +210,20 @@ def translate(
         if code == "AccessDeniedException":
             # AWS's own text names the principal and the refused action: keep it.
             operation = getattr(exc, "operation_name", None)
+            refused = iam.refused_action(operation, message)
             policies = "; ".join(
-                f"the {which} policy has it ({', '.join(iam.POLICIES[which])}): "
+                f"the {which} policy has {'it' if refused else 'them'} ({', '.join(iam.POLICIES[which])}): "
                 f"`python manage.py createlocktable --print iam-{which}`"
-                for which in iam.policies_with(operation)
+                for which in iam.policies_with(refused)
+            )
+            # IAM has no action named after a transaction: name the entries' actions.
+            grant = (
+                refused
+                or "each entry's action (dynamodb:UpdateItem for an Update, dynamodb:ConditionCheckItem for a ConditionCheck)"
             )
             return BackendError(
                 f"access denied to table {table!r} at {where} while trying to {action}: AWS says "
-                f"{message or code!r}. Grant the IAM principal dynamodb:{operation} on the table; "
+                f"{message or code!r}. Grant the IAM principal {grant} on the table; "
                 f"{policies} (docs/security.md)",
                 code=code,
             )
@@ -208,6 +242,12 @@ def translate(
             )
         return BackendError(f"DynamoDB at {where} refused to {action}: {code}: {message}", code=code)
     if isinstance(exc, (NoCredentialsError, PartialCredentialsError)):
+        if not is_aws(endpoint):
+            return CredentialsError(
+                f"no AWS credentials found: a local server at {where} still needs some keys (any will do; "
+                f"DynamoDB Local keeps one database per access key id and region): set {LOCAL_KEYS} "
+                "in the DYNLOCK alias, or the AWS_* environment variables"
+            )
         return CredentialsError(
             "no AWS credentials found: set DYNLOCK SESSION_OPTIONS (profile_name or keys), "
             "the AWS_* environment variables, or an instance role"

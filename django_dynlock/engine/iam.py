@@ -10,19 +10,27 @@ an AccessDenied error names the policy that holds the refused action.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
-#: Every request a lock, a lease's upkeep, a break and a listing make.
-#: TransactWriteItems and BatchGetItem serve acquire_many; Scan the admin's list and
-#: showlocks. No table-level action: a runtime principal cannot create, alter or
-#: describe the table.
+#: Every request a lock, a lease's upkeep, a break and a listing make, as IAM actions.
+#: IAM has no action for a transaction: AWS authorizes each entry of a TransactWriteItems
+#: by its own action ("Using IAM with DynamoDB transactions", DynamoDB Developer Guide),
+#: so acquire_many's transaction of Update entries needs UpdateItem, and the
+#: ConditionCheck of lease.condition_check() (docs/decorator.md's fencing for data in
+#: DynamoDB) needs ConditionCheckItem on the lock table. BatchGetItem reads acquire_many's
+#: tokens back; Scan serves the admin's list and showlocks. No table-level action: a
+#: runtime principal cannot create, alter or describe the table.
 RUNTIME_ACTIONS: tuple[str, ...] = (
     "dynamodb:GetItem",
     "dynamodb:UpdateItem",
     "dynamodb:BatchGetItem",
-    "dynamodb:TransactWriteItems",
+    "dynamodb:ConditionCheckItem",
     "dynamodb:Scan",
 )
+
+#: Operations that IAM authorizes by their entries' actions, not by one of their own.
+TRANSACTIONS = frozenset({"TransactWriteItems", "TransactGetItems"})
 
 #: createlocktable (create, enable TTL, wait until ACTIVE) and the deployment checks.
 DEPLOY_ACTIONS: tuple[str, ...] = (
@@ -60,8 +68,22 @@ def policy_json(which: str, table: str, region: str | None, account: str | None 
     return json.dumps(policy(which, table, region, account), indent=2)
 
 
-def policies_with(operation: str | None) -> list[str]:
-    """The policies that grant an operation's action (DescribeTable: both); the runtime
-    one for an operation of neither."""
-    action = f"dynamodb:{operation}"
+def refused_action(operation: str | None, message: str) -> str | None:
+    """The IAM action an AccessDenied refused: the one AWS's text names, else the
+    operation's own; None for a transaction whose text names none (its entries each have
+    their own action)."""
+    match = _REFUSED.search(message)
+    if match:
+        return match.group(1)
+    if operation is None or operation in TRANSACTIONS:
+        return None
+    return f"dynamodb:{operation}"
+
+
+_REFUSED = re.compile(r"not authorized to perform: (dynamodb:[A-Za-z]+)")
+
+
+def policies_with(action: str | None) -> list[str]:
+    """The policies that grant an action (DescribeTable: both); the runtime one for an
+    action of neither."""
     return [which for which, actions in POLICIES.items() if action in actions] or ["runtime"]

@@ -101,6 +101,14 @@ class Store:
         """The region as boto3 resolved it (it may come from the host's environment), once built."""
         return self._boto.meta.region_name if self._boto is not None else self.options.region_name
 
+    def access_key_id(self) -> str | None:
+        """The public id of the keys the boto3 client signs with (never the secret), once built."""
+        # botocore has no public accessor on a client. Called after a reply: the
+        # credentials were resolved to sign that request already.
+        credentials = getattr(self._boto, "_get_credentials", lambda: None)()
+        key_id = getattr(credentials, "access_key", None)
+        return key_id if isinstance(key_id, str) else None
+
     def say_once(self, topic: str, message: str, *args: Any) -> None:
         """Log a warning about the server once per client, not once per call."""
         if topic not in self._said:
@@ -194,6 +202,7 @@ class Store:
             action=action,
             region=self.region,
             key_attribute=self.options.key_attribute,
+            access_key_id=self.access_key_id,
         )
         error.ambiguous = may_have_applied(exc)  # type: ignore[attr-defined]
         return error

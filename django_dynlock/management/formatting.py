@@ -96,6 +96,28 @@ def broken_why(info: LeaseInfo) -> str:
     }
 
 
+#: The holder metadata of a lease taken with runlocked's --at-least (singleton at_least):
+#: its seconds.
+AT_LEAST_KEY = "at_least"
+# How far a kept lease's expiry may be from its acquisition plus --at-least: the run
+# measures --at-least from when acquire returned, and each stamp is its own estimate
+# of DynamoDB's clock.
+KEPT_SLACK = 1.0
+
+
+def kept_after_its_run(info: LeaseInfo) -> bool:
+    """A lease runlocked --at-least kept on purpose after its run (``Lease.keep_for``): its
+    holder names the --at-least, and it expires that long after it was taken. A crashed
+    run's lease expires a lease duration after its last renewal instead."""
+    try:
+        at_least = float(info.holder.get(AT_LEAST_KEY, ""))
+    except ValueError:
+        return False
+    if info.acquired_at is None or info.expires_at is None:
+        return False
+    return abs((info.expires_at - info.acquired_at).total_seconds() - at_least) <= KEPT_SLACK
+
+
 def state_text(info: LeaseInfo, now: dt.datetime) -> str:
     """The STATE cell of ``showlocks --all``: a broken lease says why."""
     shown = state(info, now)

@@ -55,14 +55,18 @@ class Counts:
     """For the summary line: leases written, and leases hidden because expired."""
 
     written: int = 0
-    hidden_expired: int = 0
+    hidden_expired: int = 0  # their holders stopped renewing: crashed, or gone
+    hidden_kept: int = 0  # kept by runlocked --at-least after their runs, as asked
 
 
 def visible(infos: Iterable[LeaseInfo], now: dt.datetime, show_all: bool, counts: Counts) -> Iterator[LeaseInfo]:
     """Without ``--all``, leases whose stored expiry passed (a holder that died) are hidden."""
     for info in infos:
         if not show_all and fmt.state(info, now) == "expired":
-            counts.hidden_expired += 1
+            if fmt.kept_after_its_run(info):
+                counts.hidden_kept += 1
+            else:
+                counts.hidden_expired += 1
             continue
         counts.written += 1
         yield info

@@ -268,7 +268,7 @@ RUNTIME = {
     "dynamodb:GetItem",
     "dynamodb:UpdateItem",
     "dynamodb:BatchGetItem",
-    "dynamodb:TransactWriteItems",
+    "dynamodb:ConditionCheckItem",
     "dynamodb:Scan",
 }
 DEPLOY = {"dynamodb:CreateTable", "dynamodb:UpdateTimeToLive", "dynamodb:DescribeTable", "dynamodb:DescribeTimeToLive"}
@@ -287,6 +287,38 @@ def test_createlocktable_prints_least_privilege_policies(settings, which, action
         (statement,) = document["Statement"]
         assert statement["Effect"] == "Allow" and statement["Resource"] == arn
         assert set(statement["Action"]) == actions and len(statement["Action"]) == len(actions)
+
+
+@pytest.fixture(scope="module")
+def parliament() -> Any:
+    """parliament, which checks a policy against the IAM actions, resources and conditions
+    AWS documents (its own copy: no network)."""
+    import warnings
+
+    # parliament 1.6.4's own import warns, and the suite makes warnings errors: it reads its
+    # data through pkg_resources (deprecated by setuptools), leaves those files for the
+    # garbage collector to close, and has regexes with invalid escapes (compiled on first
+    # import: DeprecationWarning on Python 3.11, SyntaxWarning from 3.12).
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", "pkg_resources is deprecated", UserWarning)
+        warnings.filterwarnings("ignore", "unclosed file", ResourceWarning)
+        warnings.filterwarnings("ignore", "invalid escape sequence", DeprecationWarning)
+        warnings.filterwarnings("ignore", "invalid escape sequence", SyntaxWarning)
+        import parliament
+
+    return parliament
+
+
+@pytest.mark.parametrize("account", [[], ["--account-id", "123456789012"]])
+@pytest.mark.parametrize("region", ["eu-west-1", "cn-north-1", "us-gov-west-1"])
+@pytest.mark.parametrize("which", ["runtime", "deploy"])
+def test_the_printed_policies_pass_parliament(settings, parliament, which, region, account):
+    # issue 35: the runtime policy granted dynamodb:TransactWriteItems, an action IAM does not
+    # have ("Unknown action"), and not ConditionCheckItem, which lease.condition_check() needs.
+    settings.DYNLOCK = {"default": {**alias_settings(UNREACHABLE, "locks"), "REGION_NAME": region}}
+    policy = parliament.analyze_policy_string(printed(f"iam-{which}", *account))
+    findings = [(finding.issue, finding.detail, finding.location) for finding in policy.findings]
+    assert findings == []
 
 
 def test_the_policies_in_docs_security_md_are_the_printed_ones(settings):

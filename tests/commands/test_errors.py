@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
 from localdynamo.servers import table_name
 from tests.support.aliases import alias_settings
-from tests.support.commands import FAST_FAIL, UNREACHABLE, fails
+from tests.support.commands import FAST_FAIL, UNREACHABLE, fails, run
+from tests.support.deny_all import TRANSACTION_DENIAL, DenyAllServer, aws_denial
 
 COMMANDS = [
     ["createlocktable"],
@@ -57,49 +54,49 @@ def test_missing_credentials(moto_server, settings, monkeypatch, command):
     settings.DYNLOCK = {"default": alias_settings(moto_server.endpoint_url, "ttt", SESSION_OPTIONS={})}
     error = fails(*command)
     assert error.returncode == 3 and "no AWS credentials found" in str(error)
+    # issue 35: a local server still needs some keys, and the message shows the setting
+    assert f"a local server at {moto_server.endpoint_url}, region us-east-1 still needs some keys" in str(error)
+    assert "set SESSION_OPTIONS = {'aws_access_key_id': 'local', 'aws_secret_access_key': 'local'}" in str(error)
 
 
-def aws_denial(operation: str) -> str:
-    """AWS's AccessDenied text: it names the principal and the refused action."""
-    return (
-        f"User: arn:aws:iam::123456789012:user/ci is not authorized to perform: dynamodb:{operation} on "
-        f"resource: arn:aws:dynamodb:us-east-1:123456789012:table/ttt because no identity-based policy "
-        f"allows the dynamodb:{operation} action"
-    )
+def keys(key_id: str) -> dict[str, str]:
+    return {"aws_access_key_id": key_id, "aws_secret_access_key": f"secret-of-{key_id}"}
 
 
-class DenyAll(BaseHTTPRequestHandler):
-    """A DynamoDB endpoint that answers every request with AccessDeniedException, in
-    AWS's words."""
+def test_dynamodb_local_keeps_a_database_per_access_key(dynamodb_local_server, settings):
+    # issue 35: a second set of keys gave TableNotFound, whose hint named only the region
+    from django_dynlock import TableNotFound, get_lock_client
 
-    def do_POST(self) -> None:
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        operation = self.headers.get("X-Amz-Target", ".Unknown").rsplit(".", 1)[1]
-        body = json.dumps(
-            {
-                "__type": "com.amazonaws.dynamodb.v20120810#AccessDeniedException",
-                "message": aws_denial(operation),
-            }
-        ).encode()
-        self.send_response(400)
-        self.send_header("Content-Type", "application/x-amz-json-1.0")
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, *args: Any) -> None:
-        pass
+    name = table_name()
+    settings.DYNLOCK = {
+        "default": alias_settings(dynamodb_local_server.endpoint_url, name, SESSION_OPTIONS=keys("first"))
+    }
+    run("createlocktable", verbosity=0)
+    get_lock_client().acquire("k").release()
+    settings.DYNLOCK = {
+        "default": alias_settings(dynamodb_local_server.endpoint_url, name, SESSION_OPTIONS=keys("second"))
+    }
+    with pytest.raises(TableNotFound) as raised:
+        get_lock_client().acquire("k")
+    error = fails("showlocks")
+    assert error.returncode == 3
+    for message in (str(raised.value), str(error)):
+        assert f"does not exist at {dynamodb_local_server.endpoint_url}, region us-east-1: create it" in message
+        assert "or, if it was created with other keys, use those: DynamoDB Local keeps one database per " in message
+        assert (
+            "access key id and region unless started with -sharedDb (this client used access key id 'second')"
+            in message
+        )
+        assert "secret-of" not in message  # the public id only (docs/security.md)
 
 
 @pytest.fixture(scope="module")
 def deny_all() -> Iterator[str]:
-    httpd = ThreadingHTTPServer(("127.0.0.1", 0), DenyAll)
-    thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.1}, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{httpd.server_address[1]}"
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(timeout=5)
+    # In a process of its own: in this one, its replies waited for this process to run
+    # Python, and a stall of it under load gave "no reply" (tests/support/deny_all.py).
+    server = DenyAllServer()
+    yield server.endpoint_url
+    server.stop()
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: c[0])
@@ -130,3 +127,18 @@ def test_access_denied_through_the_public_api(deny_all, settings):
         get_lock_client().create_table()
     assert aws_denial("DescribeTable") in str(raised.value) or aws_denial("CreateTable") in str(raised.value)
     assert "dynamodb:DescribeTimeToLive" in str(raised.value)
+
+
+def test_access_denied_to_a_transaction_names_its_entries_actions(deny_all, settings):
+    # issue 35: the hint asked for dynamodb:TransactWriteItems, an action IAM does not have
+    from django_dynlock import BackendError, get_lock_client
+
+    settings.DYNLOCK = {"default": alias_settings(deny_all, "ttt")}
+    with pytest.raises(BackendError) as raised:
+        get_lock_client().acquire_many(["a", "b"])
+    message = str(raised.value)
+    assert TRANSACTION_DENIAL in message and "dynamodb:TransactWriteItems" not in message
+    assert "Grant the IAM principal each entry's action (dynamodb:UpdateItem for an Update, " in message
+    assert (
+        "dynamodb:ConditionCheckItem, dynamodb:Scan): `python manage.py createlocktable --print iam-runtime`" in message
+    )

@@ -99,6 +99,29 @@ def test_showlocks_prefix(dynlock, other):
         lease.release()
 
 
+def test_showlocks_tells_a_lease_kept_by_at_least_from_a_crashed_holders(dynlock, other):
+    # issue 35: a lease kept with runlocked --at-least, once expired, was hidden because
+    # "the holder stopped renewing": its run had ended and kept it on purpose.
+    run("runlocked", "kept", "--at-least", "0.5", "--", "check")
+    other.acquire("crashed").keep_for(0.2)  # a holder that stopped renewing
+    assert dynlock.get("kept").holder == {"command": "check", "at_least": "0.5"}
+    time.sleep(0.55 + other.clock.uncertainty() + dynlock.clock.uncertainty())
+
+    lines = run("showlocks").out.splitlines()
+    assert (
+        lines[-2]
+        == "(1 expired lease not shown: the holder stopped renewing. The next acquire takes it over; --all shows them.)"
+    )
+    assert lines[-1] == (
+        "(1 expired lease not shown: runlocked --at-least kept it after its run, as asked. The next acquire "
+        "takes it over; --all shows them.)"
+    )
+    everything = run("showlocks", "--all").out
+    assert re.search(
+        r"^kept +expired +\d+ +check on .* expired [0-9.]+s ago +at_least=0\.5$", everything, re.MULTILINE
+    ), everything
+
+
 def test_showlocks_all_shows_released_broken_and_expired(dynlock, other):
     other.acquire("released").release()
     other.acquire("broken")

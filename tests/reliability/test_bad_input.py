@@ -356,8 +356,10 @@ ROWS: list[Row] = [
         "credentials-missing",
         lambda c: (c.no_aws_environment(), c.client(session_options={}).acquire("k")),
         CredentialsError,
-        r"no AWS credentials found: set DYNLOCK SESSION_OPTIONS \(profile_name or keys\), "
-        r"the AWS_\* environment variables, or an instance role",
+        r"no AWS credentials found: a local server at http://127\.0\.0\.1:\d+, region us-east-1 still needs some "
+        r"keys \(any will do; DynamoDB Local keeps one database per access key id and region\): set "
+        r"SESSION_OPTIONS = \{'aws_access_key_id': 'local', 'aws_secret_access_key': 'local'\} in the DYNLOCK "
+        r"alias, or the AWS_\* environment variables",
     ),
     (
         "credentials-partial",

@@ -197,3 +197,14 @@ class Command(DynLockCommand):
                 % {"count": counts.hidden_expired},
                 style_func=self.style.WARNING,
             )
+        if counts.hidden_kept:
+            self.stdout.write(
+                ngettext(
+                    "(%(count)d expired lease not shown: runlocked --at-least kept it after its run, as "
+                    "asked. The next acquire takes it over; --all shows them.)",
+                    "(%(count)d expired leases not shown: runlocked --at-least kept them after their runs, "
+                    "as asked. The next acquire takes them over; --all shows them.)",
+                    counts.hidden_kept,
+                )
+                % {"count": counts.hidden_kept}
+            )
