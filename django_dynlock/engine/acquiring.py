@@ -25,10 +25,10 @@ from . import requests as rq
 from . import steps
 from .clock import monotonic
 from .failures import is_throttling
-from .holding import Holding
 from .lease import Lease
 from .steps import Send, Sleep, Steps
 from .text import printable
+from .undoing import Undo, Undoing
 from .waiting import Attempt, Watch
 
 logger = logging.getLogger("django_dynlock")
@@ -63,7 +63,7 @@ def _settle(future: asyncio.Future[None]) -> None:
         future.set_result(None)
 
 
-class Acquiring(Holding):
+class Acquiring(Undoing):
     """Acquire one key, waiting as the wait policy says."""
 
     def _acquire(
@@ -556,23 +556,13 @@ class Acquiring(Holding):
             return bool(getattr(exc, "ambiguous", False))
         return True
 
-    def _abandon(self, stored: str, attempt: Attempt) -> None:
+    def _abandon(self, stored: str, attempt: Attempt) -> bool:
         """Undo an acquire whose reply we never saw (it may have succeeded), and give up our reservation.
 
         Best effort, and never raises. One try per write, and none after one that cannot
         reach DynamoDB: ``wait`` stays a bound (plus a request timeout or two) in an
-        outage. A write left undone leaves the key to be taken over once its expiry
-        passes, as from a dead holder.
+        outage. What could not get through is tried again in the background until
+        DynamoDB answers (Undoing._undo_later): the key is free within seconds of the
+        link healing, not once its expiry passes. Returns whether DynamoDB could be reached.
         """
-        if (
-            attempt.reserved
-            and self._store.try_update(
-                "give up a reservation",
-                attempts=1,
-                **rq.give_up_reservation(self.options, stored, owner=attempt.owner),
-            )
-            is None
-        ):
-            return
-        if attempt.ambiguous:
-            self._end_owner(stored, attempt.owner, "undo an unconfirmed acquire", mark="undone:", attempts=1)
+        return self._undo([Undo.of(stored, attempt)])

@@ -1,9 +1,11 @@
-"""One background thread per lock client that renews every lease it holds, and one for alarms.
+"""One background thread per lock client that renews every lease it holds, one for alarms,
+and one for retries.
 
 Leases are kept in a heap by due time, each renewed about once per heartbeat
 period with jitter, so a thousand leases acquired together do not renew together.
 Alarms (what must happen on time while the renewing thread waits for a reply) have
-a heap and a thread of their own. Each thread is a daemon, started on first use,
+a heap and a thread of their own, and so do retries (an undo that could not reach
+DynamoDB, tried again until it does). Each thread is a daemon, started on first use,
 ended when idle, and restarted lazily after fork.
 """
 
@@ -103,6 +105,7 @@ class Heartbeater(_Timeline["Lease"]):
         self._renew = renew
         self._dead = 0
         self._alarms = Alarms(name + "-alarms")  # our prefix: see THREAD_NAME_PREFIX
+        self._retries = Retries(name + "-retries")
 
     def add(self, lease: Lease, period: float) -> None:
         self.schedule(lease, monotonic() + period * random.uniform(0.8, 1.0))
@@ -118,6 +121,11 @@ class Heartbeater(_Timeline["Lease"]):
         """Call ``callback`` at monotonic ``due``, on the client's alarm thread: this
         thread may be waiting on a request then (Holding._lose_on_time)."""
         self._alarms.add(due, callback)
+
+    def retry(self, due: float, task: Callable[[], float | None]) -> None:
+        """Call ``task`` at monotonic ``due`` on the client's retry thread, and again after
+        the delay it returns, until it returns None."""
+        self._retries.add(due, task)
 
     def discard(self, lease: Lease) -> None:
         """Note that a lease needs no more renewals (released or lost).
@@ -135,6 +143,7 @@ class Heartbeater(_Timeline["Lease"]):
     def stop(self, timeout: float = 0.5) -> None:
         """Stop promptly: wait at most `timeout` for a renewal that is in flight."""
         self._alarms.stop(0.0)
+        self._retries.stop(0.0)
         super().stop(timeout)
 
     def _current(self, due: float, item: Lease) -> bool:
@@ -164,3 +173,23 @@ class Alarms(_Timeline[Callable[[], None]]):
             item()
         except Exception:
             logger.exception("dynlock alarm %r failed", item)
+
+
+class Retries(_Timeline[Callable[[], "float | None"]]):
+    """Tasks tried again until they are done (Undoing._undo_later). Not on the heartbeat
+    thread: a try that hangs until its request times out, in an outage, must not hold up
+    the renewals of the leases held."""
+
+    def add(self, due: float, task: Callable[[], float | None]) -> None:
+        with self._cond:
+            if not self._stopping:
+                self._push(due, task)
+
+    def _serve(self, item: Callable[[], float | None]) -> None:
+        try:
+            delay = item()
+        except Exception:
+            logger.exception("dynlock retry %r failed", item)
+            return
+        if delay is not None:
+            self.add(monotonic() + delay, item)

@@ -225,22 +225,24 @@ class Holding(ClientBase):
         logger.debug("released %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
         self._emit("released", lease, held=held)
 
-    def _release_remote(self, lease: Lease, *, quiet: bool) -> None:
+    def _release_remote(self, lease: Lease, *, quiet: bool, attempts: int | None = None) -> None:
         """The release write. On success the item keeps its fence and loses its owner.
 
         ``quiet`` (a retry in the background): never raises, and stops once the item
-        shows the key is no longer ours.
+        shows the key is no longer ours. ``attempts``: tries of each request (the call's
+        default if None; one where an acquire gives its keys back, see Undoing._undo).
         """
         try:
             self._store.call(
                 "update_item",
                 "release a lock",
+                attempts=attempts,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 **self._release_request(lease.stored_key, lease.owner, lease.token),
             )
         except ClientError as exc:
             try:
-                item = self._store.old_item(exc, lease.stored_key)
+                item = self._store.old_item(exc, lease.stored_key, attempts=attempts)
             except DynLockError as read_error:
                 # Our release may well have been applied (its reply lost); we cannot tell
                 # now. Trying it again will: it recognises its own earlier success.

@@ -27,6 +27,7 @@ from .failures import error_code, is_throttling, safe_endpoint
 from .lease import Lease, LeaseGroup
 from .steps import Send, Sleep, Steps
 from .store import backoff
+from .undoing import Undo
 from .waiting import Attempt, Watch
 
 # DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
@@ -150,10 +151,10 @@ class MultiKey(Acquiring):
             self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
 
     def _undo_all(self, progress: Progress) -> None:
-        """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then the keys it got."""
-        for stored, attempt in progress.attempts:
-            self._abandon(stored, attempt)
-        self._give_back(progress.leases)
+        """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then
+        the keys it got; none tried after the first that cannot reach DynamoDB, whatever
+        the number of keys: the rest goes on in the background (Undoing._undo)."""
+        self._undo([Undo.of(stored, attempt) for stored, attempt in progress.attempts], progress.leases)
 
     def _acquire_all_steps(
         self, by_stored: dict[str, str], ordered: list[str], terms: Terms, progress: Progress

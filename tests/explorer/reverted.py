@@ -142,11 +142,11 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
 _release_remote = Holding._release_remote
 
 
-def _release_remote_unreported(self: Holding, lease: Lease, *, quiet: bool) -> None:
+def _release_remote_unreported(self: Holding, lease: Lease, *, quiet: bool, **options: Any) -> None:
     """Issue 29 (5): a release retried in the background (``quiet``) that found the lease
     taken over or broken only disowned it, before commit 6b5d1b9: no lost event, no WARNING."""
     if not quiet:
-        return _release_remote(self, lease, quiet=quiet)
+        return _release_remote(self, lease, quiet=quiet, **options)
     emit = self._emit
 
     def unreported(event: str, *args: Any, **info: Any) -> None:
@@ -154,7 +154,7 @@ def _release_remote_unreported(self: Holding, lease: Lease, *, quiet: bool) -> N
             emit(event, *args, **info)
 
     with mock.patch.object(self, "_emit", unreported):
-        return _release_remote(self, lease, quiet=quiet)
+        return _release_remote(self, lease, quiet=quiet, **options)
 
 
 PATCHES: dict[str, list[tuple[type, str, Any]]] = {

@@ -501,6 +501,20 @@ class SimHeartbeater:
 
         self._world.at(self._actor.true(due), self._actor, ring)
 
+    def retry(self, due: float, task: Callable[[], float | None]) -> None:
+        def fire() -> None:
+            if self._stopped or self._actor.crashed:
+                return
+            try:
+                delay = task()
+            except Crashed:
+                return
+            if delay is not None:
+                self.retry(self._actor.mono(self._world.now) + delay, task)
+
+        if not self._stopped:
+            self._world.at(self._actor.true(due), self._actor, fire)
+
     def discard(self, lease: Any) -> None:
         pass
 
