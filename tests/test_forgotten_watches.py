@@ -23,13 +23,14 @@ from pathlib import Path
 
 import pytest
 
-from django_dynlock.engine.waiting import WATCHES_KEPT
+from django_dynlock.engine import waiting
+from django_dynlock.engine.clock import ServerClock
+from django_dynlock.engine.options import ClientOptions
+from django_dynlock.engine.waiting import WATCHES_KEPT, WaitPolicy
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import REPO_ROOT
 from tests.reliability.harness import create_table
 from tests.support.tables import delete_table
-
-pytestmark = pytest.mark.slow
 
 KEYS = WATCHES_KEPT + 76  # 1,100
 LEASE = 2.0
@@ -54,6 +55,7 @@ def finish(process: subprocess.Popen, seconds: float) -> None:
             process.wait(10)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("taker_dates", [False, True], ids=["dateless-taker", "taker-with-date"])
 def test_a_client_trying_more_keys_than_it_remembers_takes_over_every_dead_holder(
     dynamodb_local_server, tmp_path, taker_dates
@@ -101,3 +103,37 @@ def test_a_client_trying_more_keys_than_it_remembers_takes_over_every_dead_holde
         f"\n{KEYS} keys taken over {delays[0]:.2f}-{delays[-1]:.2f} s after their last write,"
         f" {watched[0]:.2f}-{watched[-1]:.2f} s after the watch could begin (lease {LEASE} s), rounds of {rounds} s"
     )
+
+
+def held(rvn: str, **more: dict[str, str]) -> dict[str, dict[str, str]]:
+    return {"owner": {"S": "someone"}, "rvn": {"S": rvn}, "lease_ms": {"N": "2000"}, **more}
+
+
+def test_memory_hands_back_the_watches_it_drops_and_drops_those_its_items_keep_first(monkeypatch):
+    monkeypatch.setattr(waiting, "WATCHES_KEPT", 3)
+    policy = WaitPolicy(ClientOptions(lease_duration=2.0), ServerClock())  # no Date seen: no expiry to go by
+    seen = {f"k{i}": policy.observe(None, held(f"r{i}"), 10.0 + i, "me") for i in range(4)}
+    assert all(watch is not None and watch.needed and not watch.noted for watch in seen.values())
+    for key in ("k0", "k1", "k2"):
+        assert policy.remember(key, seen[key]) == []
+    assert policy.remember("k3", seen["k3"]) == [("k0", seen["k0"])]  # memory is full: k0 goes to its item
+    assert policy.remembered("k0") is None
+
+    # The next look at k0 brings its item, with the note: the watch goes on from 10.0.
+    k0 = seen["k0"]
+    assert k0 is not None
+    note = {policy.note_attribute: {"S": policy.note(k0)}}
+    back = policy.observe(None, held("r0", **note), 13.5, "me")
+    assert back is not None and back.since == 10.0 and back.noted
+    assert back.takeover_rvn(12.0) == "r0"
+    # Another record version, or another client's note, is not this watch: it starts afresh.
+    assert policy.observe(None, held("r9", **note), 13.5, "me").since == 13.5  # type: ignore[union-attr]
+    other = {"watch_0123456789abcdef": {"S": policy.note(k0)}}
+    assert policy.observe(None, held("r0", **other), 13.5, "me").since == 13.5  # type: ignore[union-attr]
+
+    # Memory keeps k1-k3, which only it has: k1 goes to its item. After that, k0 (which its
+    # item has) is dropped first, and nothing more is written.
+    assert policy.remember("k0", back) == [("k1", seen["k1"])]
+    k1 = policy.observe(None, held("r1", **{policy.note_attribute: {"S": policy.note(seen["k1"])}}), 14.0, "me")
+    assert policy.remember("k1", k1) == []
+    assert policy.remembered("k0") is None and policy.remembered("k2") is not None
