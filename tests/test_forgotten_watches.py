@@ -11,7 +11,7 @@ without releasing them; another tries them round-robin with ``try_acquire``, thr
 same proxy or (with ``Date``, which does not help: the items hold no expiry) directly.
 No key may be taken before its lease ran out, and no try_acquire sent more than
 lease + 3 s after the dead holder's last write to the key may find it busy (the promise,
-as tests/test_takeover.py checks it: whatever the pace of the rounds, 1.2-3.9 s each on
+as tests/test_takeover.py checks it: whatever the pace of the rounds, 0.2-4.7 s each on
 the shared machine). The taker's memory stays bounded.
 """
 
