@@ -210,6 +210,7 @@ class Acquiring(Undoing):
         # units the holder's renewals need. try_acquire's one look stays a write.
         write = single or not throttled
         rechecked = False
+        resumed = False  # a look read back a watch this client forgot (see below)
         stale = False
         holders_seen: set[str] = set()
         reserved_looks = 0
@@ -310,8 +311,10 @@ class Acquiring(Undoing):
                         seen_busy = seen_busy or bool(
                             item and item.get(it.OWNER, {}).get("S") not in (None, attempt.owner)
                         )
+                        before = watch
                         watch = self._waiting.observe(watch, item, monotonic(), attempt.owner)
-                        self._waiting.remember(stored, watch)
+                        yield from self._remember(stored, watch)
+                        resumed = resumed or bool(watch and watch.noted and (before is None or before.rvn != watch.rvn))
                         if watch is not None and watch.holder is not None:
                             if last_holder is not None and watch.holder != last_holder:
                                 handoffs += 1
@@ -340,6 +343,14 @@ class Acquiring(Undoing):
                 # Our first attempt could not ask for a takeover by DynamoDB's clock: we
                 # learnt that clock from its reply. One more attempt that can.
                 rechecked = True
+                continue
+            if write and resumed and error is None and watch is not None and watch.takeover_rvn(now) is not None:
+                # The attempt went without the watch: this client had forgotten it, and the
+                # look read it back from the item, due. One more attempt, with it, at once
+                # (a try_acquire would give up here). A watch kept in memory went into the
+                # attempt itself: those calls cost what they did.
+                resumed = False
+                write = True
                 continue
             if single or now >= terms.give_up_at:
                 raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, now - began)
@@ -555,6 +566,35 @@ class Acquiring(Undoing):
         except DynLockError as exc:
             return bool(getattr(exc, "ambiguous", False))
         return True
+
+    def _remember(self, stored: str, watch: Watch | None) -> Steps[None]:
+        """Keep what this look saw of the key between calls; write into their items the
+        watches that memory drops and only they could take their keys by (see
+        WaitPolicy.remember)."""
+        for dropped, forgotten in self._waiting.remember(stored, watch):
+            yield Send(functools.partial(self._note_watch, dropped, forgotten))
+
+    def _note_watch(self, stored: str, watch: Watch) -> None:
+        """Write a forgotten watch into its key's item. Best effort: if it fails, the next
+        look at the key starts watching it afresh, as a new watcher would."""
+        assert watch.rvn is not None
+        try:
+            self._store.call(
+                "update_item",
+                "note a watch of a busy lock",
+                attempts=1,
+                **rq.note_watch(
+                    self.options,
+                    stored,
+                    attribute=self._waiting.note_attribute,
+                    rvn=watch.rvn,
+                    note=self._waiting.note(watch),
+                ),
+            )
+        except ClientError:
+            pass  # written again or released since: that watch is over
+        except DynLockError as exc:
+            logger.debug("could not note a watch of %r: %s", stored, exc)
 
     def _abandon(self, stored: str, attempt: Attempt) -> bool:
         """Undo an acquire whose reply we never saw (it may have succeeded), and give up our reservation.

@@ -37,6 +37,12 @@ RESERVED_BY = "reserved_by"
 
 BREAK_PREFIX = "break:"
 
+# A waiter's watch of the holder's record version that its client could not keep in
+# memory (it watches more busy keys than it remembers): ``"<rvn> <since>"`` under the
+# watcher's own attribute, ``since`` on that watcher's monotonic clock, so that only it
+# can read the note back (engine/waiting.py, WATCHES_KEPT).
+WATCH_NOTE_PREFIX = "watch_"
+
 # Holder metadata that says what holds a lease (the first one set), and for whom: how
 # ``LeaseInfo.describe`` names the holder, and the admin's and showlocks' columns. A
 # Celery task (django_dynlock.celery) comes first: the function it calls is a detail.

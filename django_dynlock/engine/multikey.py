@@ -377,7 +377,7 @@ class MultiKey(Acquiring):
                         item = items.get(stored)  # we only failed to look: keep what we saw
                 items[stored] = item
                 watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
-                self._waiting.remember(stored, watches[stored])
+                yield from self._remember(stored, watches[stored])
                 busy = busy or stored
             if busy is None:
                 return TransactionLook(
@@ -416,7 +416,7 @@ class MultiKey(Acquiring):
         for stored, item in found.items():
             items[stored] = item
             watches[stored] = self._waiting.observe(watches.get(stored), item, received, owner)
-            self._waiting.remember(stored, watches[stored])
+            yield from self._remember(stored, watches[stored])
         return None
 
     def _read_items(self, stored_keys: list[str]) -> dict[str, dict[str, Any] | None]:

@@ -264,6 +264,19 @@ def reserve(options: ClientOptions, stored: str, *, owner: str, holder: str) -> 
     }
 
 
+def note_watch(options: ClientOptions, stored: str, *, attribute: str, rvn: str, note: str) -> Request:
+    """Keep a waiter's watch of record version ``rvn`` in the item, under the waiter's own
+    ``attribute``: its client forgot it (waiting.WATCHES_KEPT). Conditioned on ``rvn``:
+    after any other write the watch is over anyway, and a free key gets no item."""
+    return {
+        "Key": key(options, stored),
+        "UpdateExpression": "SET #note = :note",
+        "ConditionExpression": "#rvn = :rvn",
+        "ExpressionAttributeNames": {"#note": attribute, "#rvn": it.RVN},
+        "ExpressionAttributeValues": {":note": {"S": note}, ":rvn": {"S": rvn}},
+    }
+
+
 def give_up_reservation(options: ClientOptions, stored: str, *, owner: str) -> Request:
     return {
         "Key": key(options, stored),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import random
 import threading
+import uuid
 from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,7 +40,11 @@ RESERVED_WRITES = 8
 # meanwhile, reserves the next turn.
 STARVING_AFTER = 0.1
 # What a client remembers of busy keys between calls (their record versions), so that
-# repeated short attempts add up to a watch of a whole lease.
+# repeated short attempts add up to a watch of a whole lease. A watch it forgets that
+# only it can take the key by (no expiry to go by) is written into the key's item, and
+# read back from there (see WaitPolicy.remember): dropped from memory, it went on
+# ripening all the same. Before, a client trying 1,100 such keys round-robin forgot
+# each watch before the key came round again and took over none of them (issue 36).
 WATCHES_KEPT = 1024
 # The cost of waiting follows how long the key has been held: a waiter looks at most
 # HOLD_SLACK + HOLD_SHARE of the hold's age apart, so it learns of a release within
@@ -87,6 +92,10 @@ class Watch:
     held_since: float = 0.0
     # Looks in a row that DynamoDB throttled: the next call on the key goes on backing off.
     throttled: int = 0
+    # Only this watch can take the key over (it has no expiry, or DynamoDB's clock is
+    # unknown): forgotten, it is written into the item. ``noted``: it is there already.
+    needed: bool = False
+    noted: bool = False
 
     def held_for(self, now: float) -> float:
         """How long the current holder has held the key, as far as this waiter has seen."""
@@ -108,21 +117,72 @@ class WaitPolicy:
         self.clock = clock
         self._lock = threading.Lock()
         self._watches: OrderedDict[str, Watch] = OrderedDict()
+        # Names this client's notes in items: its watches' times are on this process'
+        # monotonic clock, which no other host's reading of the note could compare. A
+        # forked child starts with an empty memory and a name of its own.
+        self.note_attribute = it.WATCH_NOTE_PREFIX + uuid.uuid4().hex[:16]
 
     # -- what a client remembers of busy keys ---------------------------------------
     def remembered(self, stored: str) -> Watch | None:
         with self._lock:
             return self._watches.get(stored)
 
-    def remember(self, stored: str, watch: Watch | None) -> None:
+    def remember(self, stored: str, watch: Watch | None) -> list[tuple[str, Watch]]:
+        """Keep ``watch`` of ``stored`` (None: forget it); returns the watches dropped for
+        it that must be written into their items (``note``), least recently used first.
+
+        Memory stays at WATCHES_KEPT keys. A watch that only it can take its key by, and
+        that its item does not hold yet, is not lost when dropped: the caller writes it
+        there, and the next look at the key reads it back (``observe``). Without that, a
+        client trying more keys than it remembers, round-robin, dropped every watch
+        before the key came round again, and no dead holder's key was ever taken.
+        """
+        spilled: list[tuple[str, Watch]] = []
         with self._lock:
             if watch is None:
                 self._watches.pop(stored, None)
-                return
+                return spilled
             self._watches[stored] = watch
             self._watches.move_to_end(stored)
             while len(self._watches) > WATCHES_KEPT:
-                self._watches.popitem(last=False)
+                # The least recently used watch that costs nothing to drop (its item has
+                # it, or the key's expiry decides), if any: a client going round more keys
+                # than it remembers then writes each watch into its item once, not once a
+                # round.
+                free = next((s for s, w in self._watches.items() if s != stored and not self._spills(w)), None)
+                if free is not None:
+                    del self._watches[free]
+                    continue
+                dropped, forgotten = self._watches.popitem(last=False)
+                spilled.append((dropped, forgotten))
+        return spilled
+
+    @staticmethod
+    def _spills(watch: Watch) -> bool:
+        """Whether dropping ``watch`` loses what only it knows: it is written into its item then."""
+        return watch.needed and not watch.noted and bool(watch.rvn)
+
+    @staticmethod
+    def note(watch: Watch) -> str:
+        """The note of ``watch`` that its item keeps: the record version and when it was first seen."""
+        return f"{watch.rvn} {watch.since!r}"
+
+    def _noted_since(self, item: Mapping[str, Any], rvn: str | None, received: float) -> float | None:
+        """When this client first saw ``rvn``, as its note in ``item`` says; None without one.
+
+        Only a note of this very record version counts: any write to the key since gave
+        it another, which restarts the watch as ever.
+        """
+        note = item.get(self.note_attribute, {}).get("S")
+        if not note or not rvn:
+            return None
+        noted_rvn, _, since = note.partition(" ")
+        try:
+            at = float(since)
+        except ValueError:
+            return None
+        # Later than this look it cannot be (one clock): such a note is not ours to trust.
+        return at if noted_rvn == rvn and at <= received else None
 
     # -- when a key may be taken ---------------------------------------------------------
     def expired(self, item: Mapping[str, Any] | None, at: float) -> bool:
@@ -173,7 +233,18 @@ class WaitPolicy:
         held_since = watch.held_since if watch is not None and watch.holder == holder else received
         lease_ms = float(item.get(it.LEASE_MS, {}).get("N", self.options.lease_duration * 1000))
         throttled = watch.throttled if watch is not None else 0
-        return Watch(rvn, received, lease_ms / 1000.0, holder=holder, held_since=held_since, throttled=throttled)
+        # A watch this client forgot, and wrote into the item, goes on from where it began.
+        noted = self._noted_since(item, rvn, received)
+        return Watch(
+            rvn,
+            received if noted is None else noted,
+            lease_ms / 1000.0,
+            holder=holder,
+            held_since=held_since if noted is None else min(held_since, noted),
+            throttled=throttled,
+            needed=holder is not None and self.takeover_by_clock_in(item, received) is None,
+            noted=noted is not None,
+        )
 
     def retry_after(
         self,
