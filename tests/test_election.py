@@ -123,7 +123,7 @@ def test_observe_is_an_async_iterator(dynlock):
 def test_campaign_async_waits_without_holding_threads(dynlock):
     rival = peer(dynlock)
     term = dynlock.election("async", lease=5.0).campaign(wait=5)
-    contenders = 20
+    contenders = 50
 
     async def main() -> tuple[int, list, float]:
         elections = [rival.election("async", poll=0.5) for _ in range(contenders)]
@@ -142,8 +142,9 @@ def test_campaign_async_waits_without_holding_threads(dynlock):
     before = threading.active_count()
     try:
         threads, elected, took = asyncio.run(main())
-        # Twenty waiting contenders hold no thread each: only the pools' few.
-        assert threads - before < 10, (before, threads)
+        # Waiting contenders hold no thread each; the bounded pools that send their
+        # requests (the client's 8 + 4, the loop's default executor's few) do the work.
+        assert threads - before < contenders // 2, (before, threads)
         assert len(elected) == 1 and elected[0].token > term.token
         assert took <= 2.5
         elected[0].release()

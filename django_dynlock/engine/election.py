@@ -249,22 +249,27 @@ class Election:
 
         Already leader: the current term.
         """
+        self._stop.clear()
+        return self._campaign(wait)
+
+    def _campaign(self, wait: float | None) -> Lease:
         started = monotonic()
         give_up = None if wait is None else started + max(0.0, float(wait))
-        self._stop.clear()
         term = self._term
         if term is not None and term.is_held:
             return term
         seen: LeaseInfo | None = None
         while True:
             now = monotonic()
+            if self._stop.is_set() or (give_up is not None and now >= give_up and now < self._next_look):
+                raise LockNotAcquired(
+                    self.key, holder=seen, retry_after=max(0.0, self._next_look - now), waited=now - started
+                )
             if now >= self._next_look:
                 lease, seen = self._look(seen)
                 if lease is not None:
                     return self._elected(lease)
                 continue
-            if self._stop.is_set() or (give_up is not None and now >= give_up):
-                raise LockNotAcquired(self.key, holder=seen, retry_after=self._next_look - now, waited=now - started)
             pause = self._next_look - now if give_up is None else min(self._next_look, give_up) - now
             self._stop.wait(pause)
 
@@ -282,6 +287,10 @@ class Election:
         loop = asyncio.get_running_loop()
         while True:
             now = monotonic()
+            if self._stop.is_set() or (give_up is not None and now >= give_up and now < self._next_look):
+                raise LockNotAcquired(
+                    self.key, holder=seen, retry_after=max(0.0, self._next_look - now), waited=now - started
+                )
             if now >= self._next_look:
                 write = self._write_next
                 try:
@@ -301,8 +310,6 @@ class Election:
                 except DynLockError as error:
                     self._after_error(error)
                 continue
-            if self._stop.is_set() or (give_up is not None and now >= give_up):
-                raise LockNotAcquired(self.key, holder=seen, retry_after=self._next_look - now, waited=now - started)
             pause = self._next_look - now if give_up is None else min(self._next_look, give_up) - now
             # Short naps so that cancel() from another thread is seen within a second.
             await asyncio.sleep(min(pause, 1.0))
@@ -395,7 +402,7 @@ class Election:
         self._stop.clear()
         while True:
             try:
-                term = self.campaign()
+                term = self._campaign(None)  # not campaign(): a cancel() meanwhile must stand
             except LockNotAcquired:
                 if self._stop.is_set():
                     return None
