@@ -397,3 +397,45 @@ def test_standby_cost_and_failover_times(local, tmp_path):
                 child.kill()
                 child.wait(10)
         standby_client.close(release=True)
+
+
+def test_campaign_wait_zero_keeps_the_standby_cadence(dynlock):
+    """A scheduler may call campaign(wait=0) on every tick: it looks only as often as the cadence allows."""
+    rival = peer(dynlock)
+    term = dynlock.election("ticks", lease=5.0).campaign(wait=5)
+    standby = rival.election("ticks", poll=1.0)
+    refused = 0
+    try:
+        with count_calls(rival) as calls:
+            started = time.monotonic()
+            while time.monotonic() - started < 4.0:
+                try:
+                    standby.campaign(wait=0)
+                except LockNotAcquired:
+                    refused += 1
+                time.sleep(0.01)
+        # A clock read and a refused write, then a read a second: 2 + 4, give or take one.
+        assert sum(calls.values()) <= 7, dict(calls)
+        assert refused > 100
+        term.release()
+        time.sleep(1.2)
+        assert standby.campaign(wait=0).token > term.token  # the next look reads it free, then writes
+    finally:
+        rival.close(release=True)
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), "5", True])
+def test_bad_waits_and_polls_are_refused_before_any_request(mock_dynlock, bad):
+    from django_dynlock import InvalidArgument
+
+    election = mock_dynlock.election("bad")
+    with count_calls(mock_dynlock) as calls:
+        with pytest.raises(InvalidArgument):
+            election.campaign(wait=bad)
+        with pytest.raises(InvalidArgument):
+            mock_dynlock.election("bad", poll=bad)
+        with pytest.raises(InvalidArgument):
+            mock_dynlock.election("bad", lease=bad)
+        with pytest.raises(InvalidArgument):
+            asyncio.run(election.campaign_async(wait=bad))
+    assert not calls

@@ -244,6 +244,8 @@ class LockClient(MultiKey, Breaking, HandingOver):
         """
         self._check_open()
         it.holder_map(holder)  # refused before any request if too large
+        if lease is not None:
+            self._lease_seconds(lease)  # refused here, not at the first campaign
         return Election(self, name, lease=lease, holder=holder, poll=poll)
 
     def takeover_in(self, info: LeaseInfo) -> float | None:

@@ -25,6 +25,7 @@ from ..exceptions import DynLockError, InvalidArgument, LockLost, LockNotAcquire
 from .clock import monotonic
 from .items import LeaseInfo
 from .lease import Lease, LeaseState
+from .options import check_seconds
 
 logger = logging.getLogger("django_dynlock")
 
@@ -67,6 +68,12 @@ class ElectionClient(Protocol):
     def takeover_in(self, info: LeaseInfo) -> float | None: ...
 
     def add_listener(self, listener: Callable[..., None]) -> None: ...
+
+
+def check_wait(wait: float | None) -> None:
+    """Refuse a wait that is not None or a number of seconds, 0 or more, before any request."""
+    if wait is not None:
+        check_seconds("wait", wait, allow_zero=True)
 
 
 def jittered(poll: float) -> float:
@@ -124,8 +131,7 @@ class Election:
     ):
         if not name or not isinstance(name, str):
             raise InvalidArgument(f"an election needs a name (a non-empty string), got {name!r}")
-        if not poll > 0:
-            raise InvalidArgument(f"poll must be a positive number of seconds, got {poll!r}")
+        check_seconds("poll", poll)
         self.client = client
         #: The election's name, as given.
         self.name = name
@@ -249,12 +255,13 @@ class Election:
 
         Already leader: the current term.
         """
+        check_wait(wait)
         self._stop.clear()
         return self._campaign(wait)
 
     def _campaign(self, wait: float | None) -> Lease:
         started = monotonic()
-        give_up = None if wait is None else started + max(0.0, float(wait))
+        give_up = None if wait is None else started + wait
         term = self._term
         if term is not None and term.is_held:
             return term
@@ -277,8 +284,9 @@ class Election:
         """:meth:`campaign` for a coroutine: it sleeps with ``asyncio.sleep`` and holds no
         thread while it waits (a read runs on the loop's default executor, a write on the
         client's pool, for one request's time)."""
+        check_wait(wait)
         started = monotonic()
-        give_up = None if wait is None else started + max(0.0, float(wait))
+        give_up = None if wait is None else started + wait
         self._stop.clear()
         term = self._term
         if term is not None and term.is_held:
@@ -438,8 +446,7 @@ class Observation:
     """What :meth:`Election.observe` returns: iterate it with ``for`` or ``async for``."""
 
     def __init__(self, election: Election, poll: float):
-        if not poll > 0:
-            raise InvalidArgument(f"poll must be a positive number of seconds, got {poll!r}")
+        check_seconds("poll", poll)
         self.election = election
         self.poll = poll
         self._started = False
