@@ -225,13 +225,18 @@ class Election:
         return term is not None and term.is_held
 
     def resign(self) -> None:
-        """End the current term, if held (one write); nothing otherwise."""
+        """End the current term (one write), if it was not ended already.
+
+        A term that ran out locally (``expired``) is released too: if the table still
+        names it, the others need not wait for its expiry. One taken over or broken
+        sends nothing.
+        """
         term = self._term
-        if term is not None and term.is_held:
+        if term is not None and term.state is not LeaseState.RELEASED:
             try:
                 term.release()
             except LockLost:
-                pass  # ended meanwhile: nothing left to resign
+                pass  # it had ended: nothing left to resign
 
     def cancel(self) -> None:
         """Stop this contender, from any thread: a :meth:`campaign` in progress raises
