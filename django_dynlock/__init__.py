@@ -1,7 +1,7 @@
 """django-dynlock: distributed locks (leases) for Django, stored in Amazon DynamoDB."""
 
 from .decorators import dynamo_lock
-from .engine import ClientOptions, Lease, LeaseGroup, LeaseInfo, LeaseState, LockClient, TableStatus
+from .engine import ClientOptions, Election, Lease, LeaseGroup, LeaseInfo, LeaseState, LockClient, TableStatus
 from .exceptions import (
     BackendError,
     BreakUnconfirmed,
@@ -28,6 +28,7 @@ __all__ = [
     "ConfigurationError",
     "CredentialsError",
     "DynLockError",
+    "Election",
     "InvalidArgument",
     "InvalidKey",
     "Lease",

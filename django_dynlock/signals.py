@@ -16,6 +16,7 @@ from django.db import connections
 from django.dispatch import Signal
 
 from .engine.client import LockClient
+from .engine.election import election_of
 from .engine.heartbeat import THREAD_NAME_PREFIX
 
 #: A lease was acquired. Also: ``lease``, ``token``, ``holder`` (dict), ``waited`` (seconds).
@@ -38,6 +39,18 @@ lock_lost = Signal()
 #: An operator broke a lease. Also: ``token`` (the token given, or None), ``reason``, ``by``.
 lock_broken = Signal()
 
+#: This process was elected leader (``client.election(name).campaign()`` returned, or
+#: is about to). Also: ``election`` (its name), ``term`` (the Lease), ``token``
+#: (greater than every earlier term's), ``holder`` (dict). ``key`` is ``"election:" + name``.
+leader_elected = Signal()
+
+#: This process' term ended before it resigned: it is no longer leader, and must stop
+#: acting as one. Also: ``election``, ``term``, ``token``, ``holder``, ``reason`` (as for
+#: ``lock_lost``). Sent at the term's local validity end at the latest, before another
+#: contender may be elected, by the heartbeat thread, like ``lock_lost``. Not sent on a
+#: resignation (``term.release()``): ``lock_released`` is.
+leadership_lost = Signal()
+
 
 # The engine knows nothing of Django: each client built by ``get_lock_client`` gets
 # ``send_signal`` as its listener, which turns the engine's events into the signals above.
@@ -52,12 +65,37 @@ _SIGNALS = {
 }
 
 
+# The events about an election's term (its lease carries the election's name) also send these.
+_ELECTION_SIGNALS = {"acquired": leader_elected, "lost": leadership_lost}
+
+
 def send_signal(event: str, *, client: LockClient, **info: Any) -> None:
     """The engine listener: send the signal of ``event``, if anyone listens."""
+    sent = False
     signal = _SIGNALS.get(event)
-    if signal is None or not signal.receivers:
+    if signal is not None and signal.receivers:
+        signal.send(sender=LockClient, client=client, alias=client.options.alias, **info)
+        sent = True
+    leader_signal = _ELECTION_SIGNALS.get(event)
+    lease = info.get("lease")
+    if leader_signal is not None and leader_signal.receivers and lease is not None:
+        name = election_of(lease)
+        if name is not None:
+            extra = {"reason": info["reason"]} if "reason" in info else {}
+            leader_signal.send(
+                sender=LockClient,
+                client=client,
+                alias=client.options.alias,
+                key=lease.key,
+                election=name,
+                term=lease,
+                token=lease.token,
+                holder=lease.holder,
+                **extra,
+            )
+            sent = True
+    if not sent:
         return
-    signal.send(sender=LockClient, client=client, alias=client.options.alias, **info)
     if threading.current_thread().name.startswith(THREAD_NAME_PREFIX):
         # Receivers may have used the ORM from our background thread; nothing else
         # would ever close those connections.

@@ -4,10 +4,22 @@ The Django layers (settings, checks, decorator, commands, admin) sit on top of i
 """
 
 from .client import LockClient
+from .election import Election, Observation
 from .handover import Handover
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup, LeaseState
 from .options import ClientOptions
 from .table import TableStatus
 
-__all__ = ["ClientOptions", "Handover", "Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "LockClient", "TableStatus"]
+__all__ = [
+    "ClientOptions",
+    "Election",
+    "Handover",
+    "Lease",
+    "LeaseGroup",
+    "LeaseInfo",
+    "LeaseState",
+    "LockClient",
+    "Observation",
+    "TableStatus",
+]

@@ -26,6 +26,8 @@ from . import items as it
 from . import requests as rq
 from .base import Listener, live_clients
 from .breaking import Breaking
+from .clock import monotonic
+from .election import STANDBY_POLL, Election
 from .failures import describe_endpoint
 from .handover import HandingOver, Handover
 from .items import LeaseInfo
@@ -222,6 +224,36 @@ class LockClient(MultiKey, Breaking, HandingOver):
         """
         self._check_open()
         return self._release_handover(handover, even_if_adopted=even_if_adopted)
+
+    def election(
+        self,
+        name: str,
+        *,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+        poll: float = STANDBY_POLL,
+    ) -> Election:
+        """A contender in the leader election ``name`` (docs/election.md): ``campaign()``
+        blocks until elected and returns the term, a :class:`Lease`.
+
+        :param lease: the term's lease in seconds; None: ``LEASE_DURATION``. A dead
+            leader is replaced within it plus 3 s.
+        :param holder: metadata stored with each term, shown by ``leader()``,
+            ``showlocks`` and the admin (``election`` is added: the election's name).
+        :param poll: seconds between a standby's reads of the leader's key.
+        """
+        self._check_open()
+        it.holder_map(holder)  # refused before any request if too large
+        if lease is not None:
+            self._lease_seconds(lease)  # refused here, not at the first campaign
+        return Election(self, name, lease=lease, holder=holder, poll=poll)
+
+    def takeover_in(self, info: LeaseInfo) -> float | None:
+        """Seconds until an acquire may take the lease ``info`` shows over by DynamoDB's
+        clock (its earliest reading against the stored expiry): 0 or less once it may
+        now, None when that cannot be told (no expiry stored, or DynamoDB's clock not
+        yet known). No request: a standby reads the key, and writes only when this says."""
+        return self._waiting.takeover_by_clock_in(info.raw, monotonic())
 
     def server_time(self) -> float:
         """DynamoDB's clock now (epoch seconds), as this client estimates it from its replies."""
