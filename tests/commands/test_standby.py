@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
+from django.utils import translation
 
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import REPO_ROOT, server_env
@@ -120,8 +121,8 @@ def never_overlap(report: Path) -> list[tuple[float, float, int]]:
         (["--standby", "--wait", "0", "--", "dynlock_probe"], "--wait cannot be used with --standby"),
         (["--standby", "--busy-exit", "75", "--", "dynlock_probe"], "--busy-exit cannot be used with --standby"),
         (["--standby", "--at-least", "50", "--", "dynlock_probe"], "--at-least cannot be used with --standby"),
-        (["--exec", "--", "true"], "--exec apply only with --standby"),
-        (["--grace", "1", "--", "dynlock_probe"], "--grace apply only with --standby"),
+        (["--exec", "--", "true"], "only with --standby: --exec"),
+        (["--grace", "1", "--", "dynlock_probe"], "only with --standby: --grace"),
         (
             ["--standby", "--lease", "6", "--grace", "3", "--exec", "--", "true"],
             "--grace 3s does not fit in the 6s lease: the command is sent SIGTERM when renewals fail and "
@@ -139,6 +140,15 @@ def test_standby_bad_combinations_are_usage_errors(dynlock, probe, args, message
     error = fails("runlocked", "k", *args)
     assert error.returncode == 2 and message in str(error), str(error)
     assert probe.seen == [] and list(dynlock.leases(include_released=True)) == []
+
+
+@MOTO
+def test_standby_usage_errors_in_french(dynlock):
+    with translation.override("fr"):
+        error = fails("runlocked", "k", "--standby", "--lease", "6", "--grace", "3", "--exec", "--", "true")
+        assert str(error).startswith("--grace 3 s ne tient pas dans le bail de 6 s : la commande reçoit SIGTERM")
+        error = fails("runlocked", "k", "--standby", "--at-least", "5", "--", "check")
+        assert str(error).startswith("--at-least ne peut pas servir avec --standby")
 
 
 # -- against DynamoDB Local, in processes ------------------------------------------------

@@ -191,7 +191,7 @@ class Command(DynLockCommand):
         if not options["standby"]:
             extra = [flag for flag, dest in (("--exec", "exec"), ("--grace", "grace")) if options[dest]]
             if extra:
-                usage_error(_("%(options)s apply only with --standby") % {"options": ", ".join(extra)})
+                usage_error(_("only with --standby: %(options)s") % {"options": ", ".join(extra)})
             return
         # A standby waits without limit and runs for as long as it leads: one-shot options mean nothing.
         one_shot = [
