@@ -280,7 +280,7 @@ class Standby:
         if outcome is Outcome.ASKED:
             reason = _("%(signal)s received") % {"signal": signal.Signals(self.signum or signal.SIGTERM).name}
         elif outcome is Outcome.AT_RISK:
-            reason = _("renewals failing, %(left).1fs of the term left") % {"left": left}
+            reason = _("no renewal got through, %(left).1fs of the term left") % {"left": left}
         else:
             reason = _("the term was lost (%(reason)s)") % {"reason": term.lost_reason or "expired"}
         self.say(
@@ -363,10 +363,10 @@ def run_standby(
         name = os.path.basename(name)
     else:
         argv = management_argv(name, command_line[1:])
-        env["DJANGO_SETTINGS_MODULE"] = settings.SETTINGS_MODULE
-        if argv[1:3] == ["-m", "django"]:
-            # No script to run again: the child imports what this process does.
-            env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path and os.path.isdir(path))
+        # The settings and import path this process runs with, --settings and --pythonpath included.
+        if settings.SETTINGS_MODULE:
+            env["DJANGO_SETTINGS_MODULE"] = settings.SETTINGS_MODULE
+        env["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path and os.path.isdir(path))
     with translated_errors():
         election = client.election(key, lease=lease, holder={"command": name})
     standby = Standby(command, election, argv, name=name, grace=grace, env=env, verbosity=verbosity)

@@ -155,10 +155,13 @@ def test_standby_usage_errors_in_french(dynlock):
 
 
 @pytest.mark.slow
-def test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts(local, tmp_path):
+@pytest.mark.parametrize("cut", ["reset", "hang"])
+def test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts(local, tmp_path, cut):
     """The leader's runlocked talks to DynamoDB through the fault proxy; the proxy cuts it
-    off. Its child gets SIGTERM while the term is still valid, and the standby's child
-    starts only after it stopped: the ranges the two children logged never overlap."""
+    off: every request reset at once, or held a minute (longer than the 6 s lease: the
+    renewal in flight neither fails nor succeeds in time). Its child gets SIGTERM while
+    the term is still valid, and the standby's child starts only after it stopped: the
+    ranges the two children logged never overlap."""
     report = tmp_path / "children.jsonl"
     table = local.options.table_name
     leader = follower = None
@@ -169,8 +172,11 @@ def test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts(l
             follower = standby(local.endpoint, table, tmp_path, "cut", *program(report))
             time.sleep(4.0)  # the follower is up, and stands by
             assert started(report, exclude=(first["pid"],)) == []
-            proxy.pause()  # the leader's renewals fail from now on
-            cut = time.monotonic()
+            if cut == "reset":
+                proxy.pause()  # the leader's renewals fail from now on
+            else:
+                proxy.set_rates({"delay": 1.0}, delay_seconds=60.0)
+            cut_at = time.monotonic()
             second = wait_for(lambda: started(report, exclude=(first["pid"],)), LEASE + 10, "the next child")[0]
             assert leader.poll() is None  # the cut-off leader stands by again, it did not exit
         finally:
@@ -181,8 +187,8 @@ def test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts(l
     assert stop[0]["at"] < second["at"]
     assert int(second["token"]) > int(first["token"]) and second["election"] == first["election"] == "cut"
     print(
-        f"cut at 0; first child stopped at {stop[0]['at'] - cut:.2f}s, the next started at {second['at'] - cut:.2f}s"
-        f" ({second['at'] - stop[0]['at']:.2f}s later); ranges {[(round(a - cut, 2), round(b - cut, 2)) for a, b, _ in ranges]}"
+        f"{cut}: cut at 0; first child stopped at {stop[0]['at'] - cut_at:.2f}s, the next started at {second['at'] - cut_at:.2f}s"
+        f" ({second['at'] - stop[0]['at']:.2f}s later); ranges {[(round(a - cut_at, 2), round(b - cut_at, 2)) for a, b, _ in ranges]}"
     )
 
 
