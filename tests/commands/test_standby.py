@@ -211,8 +211,9 @@ def test_kill_9_of_runlocked_takes_its_child(local, tmp_path):
 @pytest.mark.slow
 def test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over(local, tmp_path):
     report = tmp_path / "children.jsonl"
+    spare_report = tmp_path / "spare.jsonl"
     table = local.options.table_name
-    leader = follower = None
+    leader = follower = spare = None
     try:
         leader = standby(local.endpoint, table, tmp_path, "handover", *program(report))
         first = wait_for(lambda: started(report), 30, "the leader's child")[0]
@@ -221,8 +222,15 @@ def test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over(local, t
         leader.send_signal(signal.SIGTERM)
         assert leader.wait(10) == 0
         second = wait_for(lambda: started(report, exclude=(first["pid"],)), 10, "the standby's child")[0]
+        # A standby that does not lead leaves at the end of its current look.
+        spare = standby(local.endpoint, table, tmp_path, "handover", *program(spare_report))
+        time.sleep(3.0)  # started (about a second), and standing by
+        asked = time.monotonic()
+        spare.send_signal(signal.SIGTERM)
+        assert spare.wait(10) == 0
+        assert time.monotonic() - asked < 1.0 and not spare_report.exists()
     finally:
-        stop_all(leader, follower)
+        stop_all(leader, follower, spare)
     never_overlap(report)
     [stop] = [e for e in of(report, first["pid"]) if e["event"] == "stop"]
     # The leader resigned after its child stopped: a standby leads within 2.5 s of a
