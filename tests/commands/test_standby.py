@@ -192,6 +192,39 @@ def test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts(l
     )
 
 
+@pytest.mark.slow
+def test_the_limit_a_paused_runlocked_cannot_stop_its_child_until_it_wakes(local, tmp_path):
+    """The documented limit: SIGSTOP of runlocked alone (its child runs on, in a session
+    of its own) past its lease. Another host is elected and its child starts while the
+    paused one's still runs: the ranges overlap, which only fencing tokens can make
+    harmless. On SIGCONT runlocked finds its term lost and SIGKILLs its child at once."""
+    report = tmp_path / "children.jsonl"
+    table = local.options.table_name
+    leader = follower = None
+    try:
+        leader = standby(local.endpoint, table, tmp_path, "paused", *program(report))
+        first = wait_for(lambda: started(report), 30, "the leader's child")[0]
+        follower = standby(local.endpoint, table, tmp_path, "paused", *program(report))
+        time.sleep(3.0)
+        leader.send_signal(signal.SIGSTOP)
+        second = wait_for(lambda: started(report, exclude=(first["pid"],)), LEASE + 10, "the next child")[0]
+        time.sleep(0.5)
+        assert not gone(first["pid"])  # nothing stopped it meanwhile
+        woke = time.monotonic()
+        leader.send_signal(signal.SIGCONT)
+        wait_for(lambda: gone(first["pid"]), 5, "the paused leader's child's death")
+        assert leader.poll() is None  # it stands by again
+    finally:
+        if leader is not None:
+            leader.send_signal(signal.SIGCONT)
+        stop_all(leader, follower)
+    lines = of(report, first["pid"])
+    assert lines[-1]["at"] > second["at"]  # the overlap: the limit
+    assert lines[-1]["event"] == "tick" and lines[-1]["at"] - woke < 0.5  # SIGKILLed at once on waking
+    assert int(second["token"]) > int(first["token"])  # what a fenced write would be refused by
+    print(f"the paused leader's child ticked {lines[-1]['at'] - woke:.3f}s after SIGCONT")
+
+
 def test_kill_9_of_runlocked_takes_its_child(local, tmp_path):
     report = tmp_path / "children.jsonl"
     leader = standby(local.endpoint, local.options.table_name, tmp_path, "orphan", *program(report))
