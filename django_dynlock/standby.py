@@ -194,6 +194,7 @@ class Standby:
         self.env = env
         self.verbosity = verbosity
         self.signum: int | None = None
+        self.warned: Lease | None = None  # the last term found too short to start the command in
         self.wake = threading.Event()
         election.on_lost(lambda term, reason: self.wake.set())
 
@@ -213,8 +214,11 @@ class Standby:
                 term = self.campaign()
                 if term is None:
                     continue
+                if self.signum is not None:
+                    break  # asked to stop while the campaign's last look was under way
                 if term.remaining() <= self.stop_at:
                     # A term at risk (renewals failing): wait until one gets through, or it ends.
+                    self.too_short(term)
                     self.pause()
                     continue
                 outcome, code = self.lead(term)
@@ -228,6 +232,19 @@ class Standby:
             with translated_errors():
                 self.election.resign()
         return 0
+
+    def too_short(self, term: Lease) -> None:
+        if term is not self.warned:
+            self.warned = term
+            logger.warning(
+                "election %r: term %s has %.1fs of validity left, no more than --grace + %gs: "
+                "waiting for a renewal before running %s",
+                self.election.name,
+                term.token,
+                term.remaining(),
+                STOP_SLACK,
+                self.name,
+            )
 
     def pause(self) -> None:
         self.wake.wait(TICK)
@@ -258,21 +275,27 @@ class Standby:
             _("Elected leader of %(key)r (term %(token)s): running %(command)s (pid %(pid)s).")
             % {"key": self.election.name, "token": term.token, "command": self.name, "pid": child.pid}
         )
-        while True:
-            code = child.poll()
-            if code is not None:
-                signal_group(child, signal.SIGKILL)  # anything it left in its group
-                return Outcome.EXITED, code
-            if self.signum is not None:
-                outcome = Outcome.ASKED
-            elif not term.is_held:
-                outcome = Outcome.LOST
-            elif term.remaining() <= self.stop_at:
-                outcome = Outcome.AT_RISK
-            else:
-                self.pause()
-                continue
-            return outcome, self.stop(child, term, outcome)
+        try:
+            while True:
+                code = child.poll()
+                if code is not None:
+                    signal_group(child, signal.SIGKILL)  # anything it left in its group
+                    return Outcome.EXITED, code
+                if self.signum is not None:
+                    outcome = Outcome.ASKED
+                elif not term.is_held:
+                    outcome = Outcome.LOST
+                elif term.remaining() <= self.stop_at:
+                    outcome = Outcome.AT_RISK
+                else:
+                    self.pause()
+                    continue
+                return outcome, self.stop(child, term, outcome)
+        except BaseException:
+            # Whatever went wrong here, the child must not outlive our watch over it.
+            signal_group(child, signal.SIGKILL)
+            child.wait()
+            raise
 
     def stop(self, child: subprocess.Popen[bytes], term: Lease, outcome: Outcome) -> int:
         """SIGTERM, then SIGKILL after ``grace`` or ``STOP_SLACK`` before the validity ends."""
