@@ -3,6 +3,9 @@
 For cron jobs scheduled on many hosts: one host runs the command, the others find
 the key busy and skip (exit 0, or ``--busy-exit``). The inner command's exit code is
 passed through. Shares its implementation with ``@singleton_command``.
+
+With ``--standby`` (and ``--exec`` for a program), a daemon run on every host: the
+hosts elect a leader, which runs the command while it leads (django_dynlock/standby.py).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from django.utils.translation import gettext_lazy
 
 from ...engine.lease import Lease
 from ...singleton import run_singleton
+from ...standby import run_standby
 from ..base import DynLockCommand, exit_code, positive_seconds, seconds, usage_error
 
 SEPARATOR = "--"
@@ -84,7 +88,7 @@ class Command(DynLockCommand):
         parser.add_argument(
             "--wait",
             type=seconds,
-            default=0.0,
+            default=None,
             metavar="SECONDS",
             help=_("Seconds to wait for a busy lock before skipping. Default: 0."),
         )
@@ -98,7 +102,7 @@ class Command(DynLockCommand):
         parser.add_argument(
             "--at-least",
             type=seconds,
-            default=0.0,
+            default=None,
             dest="at_least",
             metavar="SECONDS",
             help=_(
@@ -109,19 +113,59 @@ class Command(DynLockCommand):
         parser.add_argument(
             "--busy-exit",
             type=exit_code,
-            default=0,
+            default=None,
             dest="busy_exit",
             metavar="CODE",
             help=_("Exit code when the lock is busy. Default: 0 (skipping is not a failure)."),
         )
+        parser.add_argument(
+            "--standby",
+            action="store_true",
+            help=_(
+                "Campaign in the election KEY without limit and run the command while leading; stop it "
+                "before the term ends if leadership is lost, then campaign again."
+            ),
+        )
+        parser.add_argument(
+            "--exec",
+            action="store_true",
+            dest="exec",
+            help=_("With --standby: the command is a program (e.g. celery -A proj beat), not a management command."),
+        )
+        parser.add_argument(
+            "--grace",
+            type=positive_seconds,
+            default=None,
+            metavar="SECONDS",
+            help=_(
+                "With --standby: seconds between SIGTERM and SIGKILL when the command must stop. "
+                "Default: 10, or the most the lease leaves room for."
+            ),
+        )
 
     def handle(self, *args: Any, **options: Any) -> None:
         command_line: list[str] = list(options["command"] or [])
+        self.check_modes(options)
         if not command_line:
             usage_error(_("no command to run: %(usage)s") % {"usage": f"runlocked KEY {SEPARATOR} COMMAND [ARGS ...]"})
         name, inner_args = command_line[0], command_line[1:]
-        inner = load_command(name)
-        self.check_arguments(inner, name, inner_args)
+        if not options["exec"]:
+            inner = load_command(name)
+            self.check_arguments(inner, name, inner_args)
+        if options["standby"]:
+            status = run_standby(
+                self,
+                key=options["key"],
+                command_line=command_line,
+                run_program=options["exec"],
+                lease=options["lease"],
+                grace=options["grace"],
+                using=options["alias"],
+                verbosity=options["verbosity"],
+            )
+            if status:
+                raise SystemExit(status)
+            return
         out = getattr(self.stdout, "_out", self.stdout)
         err = getattr(self.stderr, "_out", self.stderr)
 
@@ -134,13 +178,35 @@ class Command(DynLockCommand):
             key=options["key"],
             holder={"command": name},
             command=self,
-            wait=options["wait"],
+            wait=options["wait"] or 0.0,
             lease=options["lease"],
-            at_least=options["at_least"],
-            busy_exit=options["busy_exit"],
+            at_least=options["at_least"] or 0.0,
+            busy_exit=options["busy_exit"] or 0,
             using=options["alias"],
             verbosity=options["verbosity"],
         )
+
+    def check_modes(self, options: dict[str, Any]) -> None:
+        """Refuse options that do not go together, before anything else."""
+        if not options["standby"]:
+            extra = [flag for flag, dest in (("--exec", "exec"), ("--grace", "grace")) if options[dest]]
+            if extra:
+                usage_error(_("only with --standby: %(options)s") % {"options": ", ".join(extra)})
+            return
+        # A standby waits without limit and runs for as long as it leads: one-shot options mean nothing.
+        one_shot = [
+            flag
+            for flag, dest in (("--wait", "wait"), ("--busy-exit", "busy_exit"), ("--at-least", "at_least"))
+            if options[dest] is not None
+        ]
+        if one_shot:
+            usage_error(
+                _(
+                    "%(options)s cannot be used with --standby: a standby waits without limit for its turn "
+                    "and runs the command for as long as it leads"
+                )
+                % {"options": ", ".join(one_shot)}
+            )
 
     def check_arguments(self, inner: BaseCommand, name: str, inner_args: list[str]) -> None:
         """Refuse bad inner arguments before taking the lock, not after."""
