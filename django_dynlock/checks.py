@@ -95,6 +95,11 @@ def check_beat(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessa
 
 
 def _default_max_interval(wrapped: Any) -> float:
+    """How long the wrapped scheduler sleeps at most when beat_max_loop_interval is unset:
+    its module's DEFAULT_MAX_INTERVAL (django-celery-beat's DatabaseScheduler sets 5 s in
+    its __init__ from it), else its class attribute (beat's 300 s)."""
+    import sys
+
     from celery.beat import Scheduler
     from celery.utils.imports import symbol_by_name
 
@@ -102,6 +107,10 @@ def _default_max_interval(wrapped: Any) -> float:
         scheduler = symbol_by_name(wrapped or "celery.beat:PersistentScheduler")
     except (ImportError, AttributeError, ValueError):
         scheduler = Scheduler
+    module = sys.modules.get(getattr(scheduler, "__module__", ""))
+    default = getattr(module, "DEFAULT_MAX_INTERVAL", None)
+    if isinstance(default, (int, float)) and default > 0:
+        return float(default)
     return float(getattr(scheduler, "max_interval", Scheduler.max_interval))
 
 

@@ -324,6 +324,17 @@ def test_the_scheduler_wrapped_is_beats_default_or_the_one_named(tmp_path):
 # -- dynlock.W005 ----------------------------------------------------------------------------
 
 
+#: As django-celery-beat's schedulers module: its DatabaseScheduler sleeps 5 s at most,
+#: set in its __init__ from this constant rather than as a class attribute.
+DEFAULT_MAX_INTERVAL = 5
+
+
+class DatabaseLikeScheduler(Scheduler):
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.max_interval = kwargs.get("max_interval") or self.app.conf.beat_max_loop_interval or DEFAULT_MAX_INTERVAL
+
+
 def w005(settings, **values) -> list[checks.CheckMessage]:
     for name, value in values.items():
         setattr(settings, name, value)
@@ -347,6 +358,12 @@ def test_w005_when_beat_may_sleep_more_than_a_third_of_the_lease(settings):
     wrapped = LeaderScheduler.wrapping(PersistentScheduler)
     assert len(w005(settings, CELERY_BEAT_SCHEDULER=wrapped, CELERY_BEAT_MAX_LOOP_INTERVAL=5)) == 1
     assert w005(settings, CELERY_BEAT_MAX_LOOP_INTERVAL=4) == []
+    # Unset, with a scheduler whose module sets its default (django-celery-beat's 5 s).
+    del settings.CELERY_BEAT_MAX_LOOP_INTERVAL
+    settings.CELERY_BEAT_SCHEDULER = leader
+    found = w005(settings, CELERY_DYNLOCK_BEAT_SCHEDULER="tests.test_celery_beat:DatabaseLikeScheduler")
+    assert len(found) == 1 and " 5s " in found[0].msg
+    assert w005(settings, CELERY_DYNLOCK_BEAT_LEASE=15) == []
 
 
 def test_w005_is_logged_when_beat_starts(tmp_path, caplog):
