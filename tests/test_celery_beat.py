@@ -30,6 +30,7 @@ from django.core import checks  # noqa: E402
 from django_dynlock import InvalidArgument, LockClient  # noqa: E402
 from django_dynlock.celery import LeaderScheduler  # noqa: E402
 from django_dynlock.engine import ClientOptions  # noqa: E402
+from localdynamo.faultproxy import FaultProxy  # noqa: E402
 from localdynamo.servers import REPO_ROOT, suite_region, suite_session_options, table_name  # noqa: E402
 from tests.support import beat_app  # noqa: E402
 from tests.support import celery_app as tasks  # noqa: E402
@@ -304,6 +305,49 @@ def test_a_dynamodb_error_in_tick_never_raises_out_of_beat(local, published, set
         assert any("standing by" in m for m in said), said
     finally:
         beat.close()
+
+
+def test_a_term_that_times_out_never_ends_beat_and_it_leads_again_after(local, published, settings, tmp_path):
+    """RedBeat #92: beat was killed when its lock timed out. Here every request of the
+    leader's client is held past its read timeout (a DynamoDB that stopped answering):
+    its renewals fail, its term runs out locally, and its ticks go on, sending nothing
+    once the term has ended; when DynamoDB answers again it is elected again."""
+    with FaultProxy(local.options.endpoint_url, max_seconds=60) as proxy:
+        settings.DYNLOCK = {
+            **settings.DYNLOCK,
+            "proxied": {
+                **settings.DYNLOCK["default"],
+                "ENDPOINT_URL": proxy.endpoint_url,
+                "CLIENT_CONFIG": {
+                    "connect_timeout": 0.5,
+                    "read_timeout": 0.5,
+                    "retries": {"total_max_attempts": 1, "mode": "standard"},
+                },
+            },
+        }
+        name = f"timeout-{uuid.uuid4().hex[:6]}"
+        beat = scheduler_for(beat_app_for(name, dynlock_beat_using="proxied"), tmp_path)
+        try:
+            wait_for(lambda: tick_for(beat, 0.05) and published, 5, "the first send")
+            term = beat.term
+            proxy.add_fault("delay", delay_seconds=1.5, times=100_000)
+            ended_at = None
+            deadline = time.monotonic() + 6.0  # the 2 s lease runs out, then 4 s or so of ticks
+            while time.monotonic() < deadline:
+                held_before = term.is_held
+                sent_before = len(published)
+                tick_for(beat, 0.05)
+                if not held_before:
+                    ended_at = ended_at or time.monotonic()
+                    assert len(published) == sent_before, "sent after the term had ended"
+            assert ended_at is not None and not term.is_held and term.lost_reason == "expired"
+            proxy.clear_faults()
+            wait_for(lambda: tick_for(beat, 0.05) and beat.may_send(), 2.0 + 3.0 + 3.0, "elected again")
+            sent_before = len(published)
+            wait_for(lambda: tick_for(beat, 0.05) and len(published) > sent_before, 2, "a send in the new term")
+            assert beat.term.token > term.token
+        finally:
+            beat.close()
 
 
 def test_the_scheduler_wrapped_is_beats_default_or_the_one_named(tmp_path):
