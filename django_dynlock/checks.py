@@ -35,6 +35,8 @@ BEAT_TICKS_PER_LEASE = 3
 # namespace="CELERY")``): the only Celery configuration a check can see without the app.
 CELERY_PREFIX = "CELERY_"
 LEADER_SCHEDULER = "django_dynlock.celery.LeaderScheduler"
+#: celery.beat's DEFAULT_MAX_INTERVAL: how long beat sleeps at most when nothing sets it.
+BEAT_DEFAULT_MAX_INTERVAL = 300.0
 
 
 def beat_loop_warning(max_interval: float, lease: float, where: str) -> checks.Warning | None:
@@ -100,9 +102,11 @@ def _default_max_interval(wrapped: Any) -> float:
     its __init__ from it), else its class attribute (beat's 300 s)."""
     import sys
 
-    from celery.beat import Scheduler
-    from celery.utils.imports import symbol_by_name
-
+    try:
+        from celery.beat import Scheduler
+        from celery.utils.imports import symbol_by_name
+    except ImportError:
+        return BEAT_DEFAULT_MAX_INTERVAL  # no Celery here (a web host): beat's own default
     try:
         scheduler = symbol_by_name(wrapped or "celery.beat:PersistentScheduler")
     except (ImportError, AttributeError, ValueError):
