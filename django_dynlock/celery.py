@@ -12,6 +12,8 @@ and once-only queuing. See docs/celery.md.
   ``self.once_lease``) and releases it when the task ends. Nothing else runs between
   enqueue and start, so the lease is stamped for ``timeout`` seconds at enqueue: a task
   that never runs frees its key by then.
+- :class:`LeaderScheduler`: a ``celery beat`` scheduler that sends only while it leads
+  an election (``client.election``), wrapping the scheduler the project uses.
 
 Importing this module imports Celery; nothing else in django_dynlock does.
 """
@@ -28,12 +30,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
-from celery import Task, signals
+from celery import Task, beat, signals
 from celery._state import get_current_task
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.utils import uuid
+from celery.utils.imports import symbol_by_name
 
-from .conf import DEFAULT_ALIAS
+from .conf import DEFAULT_ALIAS, get_options
+from .engine.election import Election
 from .engine.handover import Handover
 from .engine.lease import Lease
 from .exceptions import DynLockError, InvalidArgument, LockNotAcquired
@@ -42,7 +46,15 @@ from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock.celery")
 
-__all__ = ["HEADER", "AlreadyQueued", "QueueOnce", "retry_busy_task", "running_task", "task_holder"]
+__all__ = [
+    "HEADER",
+    "AlreadyQueued",
+    "LeaderScheduler",
+    "QueueOnce",
+    "retry_busy_task",
+    "running_task",
+    "task_holder",
+]
 
 #: The message header that carries a QueueOnce task's lease to the worker.
 HEADER = "dynlock_once"
@@ -413,3 +425,227 @@ signals.task_received.connect(_on_received, weak=False)
 signals.task_revoked.connect(_on_revoked, weak=False)
 signals.task_failure.connect(_on_failure, weak=False)
 signals.task_postrun.connect(_on_postrun, weak=False)
+
+
+# -- celery beat: send only while leading ------------------------------------------------
+
+#: What :class:`LeaderScheduler` wraps when ``dynlock_beat_scheduler`` names nothing: beat's default.
+DEFAULT_BEAT_SCHEDULER = "celery.beat:PersistentScheduler"
+
+# One class per scheduler wrapped, so that beat's lazy instances (its banner) and the
+# real one share it.
+_wrappers: dict[tuple[type[Any], type[Any]], type[LeaderScheduler]] = {}
+
+
+class LeaderScheduler(beat.Scheduler):
+    """A ``celery beat`` scheduler that sends the schedule only while it leads an election.
+
+    Run ``celery beat -S django_dynlock.celery.LeaderScheduler`` (or set
+    ``beat_scheduler``) on as many hosts as you like: one leads and sends, the others
+    stand by and one takes over within the lease + 3 s of the leader's death.
+
+    It wraps the scheduler the project already uses, named by the Celery setting
+    ``dynlock_beat_scheduler`` (beat's ``PersistentScheduler`` by default; for
+    django-celery-beat, ``"django_celery_beat.schedulers:DatabaseScheduler"``), or
+    given to :meth:`wrapping`. That scheduler keeps the schedule; this class decides
+    whether a due entry is sent:
+
+    - each :meth:`tick` campaigns first (``campaign(wait=0)``: at most one request,
+      at a standby's cadence) unless a term is held;
+    - an entry is sent only if the term is held when it is about to be sent, with
+      ``send_margin`` seconds of its validity left (a local check, no request). A
+      standby still moves its entries on as if it had sent them, so that on taking
+      over it does not send again what the old leader sent;
+    - a timeout or a DynamoDB error is logged and beat keeps ticking as a standby
+      (RedBeat #92); after a lost term it campaigns again at the next tick;
+    - only the leader saves the schedule's state (``sync``): a shared store such as
+      django-celery-beat's tables is written by one beat;
+    - on shutdown (``close``) it saves the schedule, then resigns.
+
+    Other Celery settings: ``dynlock_beat_election`` (the election's name, default
+    ``"beat:<app main name>"``), ``dynlock_beat_lease`` (seconds; default the alias'
+    ``LEASE_DURATION``), ``dynlock_beat_using`` (the ``DYNLOCK`` alias).
+    ``beat_max_loop_interval`` should be at most a third of the lease (check
+    ``dynlock.W005``).
+    """
+
+    #: The scheduler this class wraps (set by :meth:`wrapping`).
+    wrapped: type[beat.Scheduler] | None = None
+    #: Given to :meth:`wrapping`; else the Celery settings ``dynlock_beat_*``.
+    election_name: str | None = None
+    lease: float | None = None
+    using: str | None = None
+    #: A send needs this many seconds of the term's validity left (at most a quarter of
+    #: the lease): a send to the broker takes milliseconds, and a term that ends during
+    #: one cannot stop it.
+    send_margin: float = 1.0
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> LeaderScheduler:
+        if cls.wrapped is None:
+            app = kwargs.get("app", args[0] if args else None)
+            named = app.conf.get("dynlock_beat_scheduler") if app is not None else None
+            cls = cls.wrapping(named or DEFAULT_BEAT_SCHEDULER)
+        instance: LeaderScheduler = object.__new__(cls)
+        return instance
+
+    @classmethod
+    def wrapping(
+        cls,
+        scheduler: type[beat.Scheduler] | str,
+        *,
+        election: str | None = None,
+        lease: float | None = None,
+        using: str | None = None,
+    ) -> type[LeaderScheduler]:
+        """A LeaderScheduler class around ``scheduler`` (a class, or its ``"module:Class"``
+        name), for ``beat_scheduler`` or ``-S``: ``LeaderScheduler.wrapping(DatabaseScheduler)``.
+
+        ``election``, ``lease``, ``using`` override the ``dynlock_beat_*`` settings."""
+        inner = symbol_by_name(scheduler) if isinstance(scheduler, str) else scheduler
+        if not isinstance(inner, type) or not issubclass(inner, beat.Scheduler):
+            raise InvalidArgument(f"LeaderScheduler wraps a celery.beat.Scheduler subclass, got {scheduler!r}")
+        if issubclass(inner, LeaderScheduler):
+            raise InvalidArgument(f"{inner.__name__} is a LeaderScheduler already: name the scheduler it wraps")
+        if cls.wrapped is not None:
+            raise InvalidArgument(f"{cls.__name__} wraps {cls.wrapped.__name__} already")
+        if lease is not None:
+            lease = float(lease)
+        options = {"election_name": election, "lease": lease, "using": using}
+        if election is None and lease is None and using is None:
+            cached = _wrappers.get((cls, inner))
+            if cached is not None:
+                return cached
+        made = type(
+            f"{cls.__name__}[{inner.__name__}]",
+            (cls, inner),
+            {"wrapped": inner, "__module__": cls.__module__, "__qualname__": cls.__qualname__, **options},
+        )
+        if election is None and lease is None and using is None:
+            _wrappers[(cls, inner)] = made
+        return made
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._election: Election | None = None
+        self._leading = False  # whether the last check found a term held (for the log)
+        self._standby_said = False
+        super().__init__(*args, **kwargs)
+        conf = self.app.conf
+        self.election_name = (
+            self.election_name or conf.get("dynlock_beat_election") or f"beat:{self.app.main or 'celery'}"
+        )
+        self.using = self.using or conf.get("dynlock_beat_using") or DEFAULT_ALIAS
+        if self.lease is None and conf.get("dynlock_beat_lease") is not None:
+            self.lease = float(conf.get("dynlock_beat_lease"))
+        if not kwargs.get("lazy"):
+            self._warn_of_a_long_loop()
+
+    def _warn_of_a_long_loop(self) -> None:
+        """dynlock.W005 at startup: this sees beat's ``--max-interval`` and any Celery
+        configuration, which the Django system check (settings only) cannot."""
+        from .checks import beat_loop_warning
+
+        try:
+            lease = self.lease if self.lease is not None else get_options(str(self.using)).lease_duration
+        except DynLockError:
+            return  # the client refuses such settings at the first tick, and says why
+        warning = beat_loop_warning(float(self.max_interval), lease, "beat_max_loop_interval")
+        if warning is not None:
+            logger.warning("%s %s (%s)", warning.msg, warning.hint, warning.id)
+
+    @property
+    def info(self) -> str:
+        lines = [super().info, f"    . election -> {self.election_name} (DYNLOCK alias {self.using!r})"]
+        return "\n".join(line for line in lines if line)
+
+    # -- leadership -------------------------------------------------------------------
+    @property
+    def election(self) -> Election:
+        """The election this beat campaigns in (made at the first tick)."""
+        if self._election is None:
+            client = get_lock_client(str(self.using))
+            holder = {"command": "celery beat", "scheduler": self.wrapped.__name__ if self.wrapped else "?"}
+            self._election = client.election(str(self.election_name), lease=self.lease, holder=holder)
+        return self._election
+
+    @property
+    def term(self) -> Lease | None:
+        """The current or last term, or None before the first election."""
+        return self._election.term if self._election is not None else None
+
+    def may_send(self) -> bool:
+        """Whether a send may start now: a term held, with ``send_margin`` of its validity
+        left (a quarter of the lease at most). Local: no request."""
+        term = self.term
+        if term is None or not term.is_held:
+            return False
+        return term.remaining() >= min(self.send_margin, term.lease_seconds / 4)
+
+    def _campaign(self) -> None:
+        term = self.term
+        if term is not None and term.is_held:
+            return
+        if self._leading:
+            self._leading = False
+            logger.warning(
+                "beat: term %s of election %r ended (%s); sending nothing, campaigning again",
+                term.token if term else None,
+                self.election_name,
+                term.lost_reason if term else None,
+            )
+        try:
+            term = self.election.campaign(wait=0)
+        except LockNotAcquired as busy:
+            if not self._standby_said:
+                self._standby_said = True
+                leader = f", led by {busy.holder.describe()}" if busy.holder is not None else ""
+                logger.info("beat: standing by in election %r%s: sending nothing", self.election_name, leader)
+            return
+        except Exception as exc:
+            # Never end beat over the election (RedBeat #92): a timeout, an outage, a
+            # refusal. Stand by, sending nothing, and try again at the next tick.
+            logger.warning("beat: could not campaign in election %r, standing by: %r", self.election_name, exc)
+            return
+        self._leading = True
+        self._standby_said = False
+        logger.info("beat: elected leader of %r (term %s): sending the schedule", self.election_name, term.token)
+
+    def tick(self, *args: Any, **kwargs: Any) -> float:
+        """Campaign if no term is held, then the wrapped scheduler's tick (which sends
+        through :meth:`apply_entry`, each send checked). A standby wakes at least every
+        ``poll`` seconds, the election's cadence, whatever the schedule."""
+        self._campaign()
+        interval: float = super().tick(*args, **kwargs)
+        if not self.may_send() and self._election is not None:
+            interval = min(interval, self._election.poll)
+        return interval
+
+    def apply_entry(self, entry: Any, producer: Any = None) -> None:
+        if not self.may_send():
+            logger.debug("beat: not leading: %s (%s) not sent", entry.name, entry.task)
+            return
+        super().apply_entry(entry, producer=producer)
+
+    def apply_async(self, entry: Any, producer: Any = None, advance: bool = True, **kwargs: Any) -> Any:
+        # Checked again here, just before the send: apply_entry's check came before its
+        # log line, and a scheduler may call apply_async directly.
+        if not self.may_send():
+            if advance:
+                self.reserve(entry)
+            return None
+        return super().apply_async(entry, producer=producer, advance=advance, **kwargs)
+
+    def sync(self) -> None:
+        if self.may_send():
+            super().sync()
+
+    def close(self) -> None:
+        """Save the schedule (while still leader), then resign: a standby takes over at
+        its next look (2 s or so) instead of after the lease."""
+        try:
+            super().close()
+        finally:
+            if self._election is not None:
+                try:
+                    self._election.resign()
+                except Exception as exc:
+                    logger.warning("beat: could not resign in election %r: %r", self.election_name, exc)

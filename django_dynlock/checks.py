@@ -28,6 +28,96 @@ def check_settings(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckM
     return [_message(problem) for problem in conf.problems()]
 
 
+#: A LeaderScheduler's beat must tick at least this many times a lease
+#: (``beat_max_loop_interval`` <= lease / BEAT_TICKS_PER_LEASE), as the heartbeat renews.
+BEAT_TICKS_PER_LEASE = 3
+# The Django settings Celery's Django set-up reads (``config_from_object("django.conf:settings",
+# namespace="CELERY")``): the only Celery configuration a check can see without the app.
+CELERY_PREFIX = "CELERY_"
+LEADER_SCHEDULER = "django_dynlock.celery.LeaderScheduler"
+#: celery.beat's DEFAULT_MAX_INTERVAL: how long beat sleeps at most when nothing sets it.
+BEAT_DEFAULT_MAX_INTERVAL = 300.0
+
+
+def beat_loop_warning(max_interval: float, lease: float, where: str) -> checks.Warning | None:
+    """dynlock.W005 when beat may sleep longer than a third of the lease: a term could
+    then run out between two ticks, and a leader that lost it would not campaign again,
+    nor a standby look, until beat wakes (the sends themselves are checked one by one)."""
+    if max_interval <= lease / BEAT_TICKS_PER_LEASE:
+        return None
+    return checks.Warning(
+        _(
+            "Celery beat with django_dynlock.celery.LeaderScheduler may sleep %(interval)gs between "
+            "ticks (%(where)s), more than a third of its election's lease (%(lease)gs): a term can run "
+            "out between two ticks unnoticed."
+        )
+        % {"interval": max_interval, "where": where, "lease": lease},
+        hint=_("Set beat_max_loop_interval (CELERY_BEAT_MAX_LOOP_INTERVAL) to %(most)g or less, or lengthen the lease.")
+        % {"most": lease / BEAT_TICKS_PER_LEASE},
+        id="dynlock.W005",
+    )
+
+
+def _names_leader_scheduler(value: Any) -> bool:
+    if isinstance(value, str):
+        return value.replace(":", ".") == LEADER_SCHEDULER
+    return isinstance(value, type) and any(
+        f"{k.__module__}.{k.__qualname__}" == LEADER_SCHEDULER for k in value.__mro__
+    )
+
+
+def check_beat(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """dynlock.W005 from the Django settings of a project whose beat runs LeaderScheduler
+    (``CELERY_BEAT_SCHEDULER``). A beat started with ``-S`` or ``--max-interval`` logs
+    the same warning at startup instead: no setting shows them."""
+    from django.conf import settings
+
+    scheduler = getattr(settings, CELERY_PREFIX + "BEAT_SCHEDULER", None)
+    if not _names_leader_scheduler(scheduler):
+        return []
+    lease = getattr(settings, CELERY_PREFIX + "DYNLOCK_BEAT_LEASE", None)
+    if lease is None:
+        try:
+            lease = conf.get_options(
+                getattr(settings, CELERY_PREFIX + "DYNLOCK_BEAT_USING", None) or conf.DEFAULT_ALIAS
+            ).lease_duration
+        except DynLockError:
+            return []  # check_settings reports it
+    interval = getattr(settings, CELERY_PREFIX + "BEAT_MAX_LOOP_INTERVAL", None) or None
+    where = CELERY_PREFIX + "BEAT_MAX_LOOP_INTERVAL"
+    if interval is None:
+        # Unset (or 0): the scheduler's own default, 300 s for beat's PersistentScheduler.
+        wrapped = getattr(settings, CELERY_PREFIX + "DYNLOCK_BEAT_SCHEDULER", None) or getattr(
+            scheduler, "wrapped", None
+        )
+        interval = _default_max_interval(wrapped)
+        where = _("unset: the scheduler's default")
+    warning = beat_loop_warning(float(interval), float(lease), where)
+    return [warning] if warning is not None else []
+
+
+def _default_max_interval(wrapped: Any) -> float:
+    """How long the wrapped scheduler sleeps at most when beat_max_loop_interval is unset:
+    its module's DEFAULT_MAX_INTERVAL (django-celery-beat's DatabaseScheduler sets 5 s in
+    its __init__ from it), else its class attribute (beat's 300 s)."""
+    import sys
+
+    try:
+        from celery.beat import Scheduler
+        from celery.utils.imports import symbol_by_name
+    except ImportError:
+        return BEAT_DEFAULT_MAX_INTERVAL  # no Celery here (a web host): beat's own default
+    try:
+        scheduler = symbol_by_name(wrapped or "celery.beat:PersistentScheduler")
+    except (ImportError, AttributeError, ValueError):
+        scheduler = Scheduler
+    module = sys.modules.get(getattr(scheduler, "__module__", ""))
+    default = getattr(module, "DEFAULT_MAX_INTERVAL", None)
+    if isinstance(default, (int, float)) and default > 0:
+        return float(default)
+    return float(getattr(scheduler, "max_interval", Scheduler.max_interval))
+
+
 def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
     from .registry import get_lock_client
 
@@ -141,4 +231,5 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 # (``check --deploy --tag dynlock_table``) runs the settings checks too: else a broken
 # setting would pass it as "no issues".
 checks.register(check_settings, TAG, TABLE_TAG)
+checks.register(check_beat, TAG)
 checks.register(check_tables, TAG, TABLE_TAG, deploy=True)

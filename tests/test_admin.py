@@ -284,6 +284,29 @@ def test_the_list_shows_holder_token_times_and_state(table, viewer):
     assert f'href="{detail_url("invoice:42")}"' in text
 
 
+def test_elections_are_shown_with_each_terms_age(table, viewer):
+    """issue 37: a term of client.election(name) gets a badge naming the election, and its
+    age (time since it was elected) while it is held; a plain lease whose holder merely
+    says ``election`` does not; a resigned term keeps the badge, without an age."""
+    put_leases(table, ["election:beat"], holder={"command": "celery beat", "election": "beat"})  # acquired 5 s ago
+    put_leases(table, ["job:1"], holder={"function": "jobs.run", "election": "beat"})
+    put_leases(table, ["election:old"], holder={"command": "celery beat", "election": "old"}, held=False)
+    text = content(viewer.get(changelist_url(all="1")))
+    rows = {
+        m.group(1): m.group(0)
+        for m in re.finditer(r'<tr class="dynlock-row" data-key="([^"]*)".*?</tr>', text, re.DOTALL)
+    }
+    assert re.search(
+        r'<span class="dynlock-badge">election beat</span></div><div class="dynlock-term quiet">term age [56]s</div>',
+        rows["election:beat"],
+    )
+    assert "dynlock-badge" not in rows["job:1"]
+    assert '<span class="dynlock-badge">election old</span></div>' in rows["election:old"]
+    assert "term age" not in rows["election:old"]
+    detail = content(viewer.get(detail_url("election:beat")))
+    assert re.search(r'election beat</span></div><div class="dynlock-term quiet">term age [56]s</div>', detail)
+
+
 def test_released_and_expired_items_only_with_the_filter(table, viewer):
     table.acquire("live", lease=30)
     released = table.acquire("done", lease=30)

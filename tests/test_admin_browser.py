@@ -471,3 +471,34 @@ def test_the_lease_pages_are_laid_out_like_djangos_own(admin_server, browser_tab
         fits(ours, "break selected")
     for lease in leases:
         lease.release()
+
+
+def test_an_elections_badge_keeps_the_list_within_the_window(admin_server, browser_table):
+    """issue 37: an election's term shows a badge and its age above the holder; the list
+    still fits a 1,280 px window beside the nav sidebar, with the longest holder of the
+    layout test above, and the state column inside the list."""
+    from playwright.sync_api import expect
+
+    _, _, client = browser_table
+    term = client.election("celery-beat:europe-west", lease=30, holder={"command": "celery beat"}).campaign(wait=5)
+    lease = client.acquire("event:1", lease=30, holder={"view": "testproject.booking.views.book_view", "user": "3"})
+    base = admin_server.url
+    try:
+        with chromium() as browser:
+            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page.set_default_timeout(STEP_TIMEOUT_MS)
+            log_in(page, base, SUPERUSER, SUPERUSER_PASSWORD)
+            page.goto(f"{base}/admin/django_dynlock/lease/")
+            expect(page.locator("tr.dynlock-row")).to_have_count(2)
+            row = page.locator(f'tr[data-key="{term.key}"]')
+            expect(row.locator(".dynlock-badge")).to_have_text("election celery-beat:europe-west")
+            expect(row.locator(".dynlock-term")).to_contain_text("term age ")
+            ours = page.evaluate(LAYOUT)
+            assert ours["scrollWidth"] <= ours["innerWidth"], ours
+            state = page.locator("td.field-state").evaluate_all(
+                "cells => cells.map(c => c.getBoundingClientRect().right)"
+            )
+            assert max(state) <= ours["container"]["right"] + 1, (state, ours["container"])
+    finally:
+        lease.release()
+        term.release()

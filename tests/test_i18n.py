@@ -12,6 +12,7 @@ import ast
 import gettext
 import html
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -240,3 +241,22 @@ def test_the_commands_speak_french(mock_dynlock):
         with pytest.raises(CommandError) as refused:
             call_command("breaklock", "a", "b", "--token", "3", "--noinput", stdout=out, stderr=err)
         assert "--token s'applique à une seule KEY" in str(refused.value)
+
+
+@pytest.mark.django_db
+def test_an_elections_badge_and_w005_speak_french(table, operator, settings):
+    """issue 37: the election's badge and its term's age on the list, and the beat check."""
+    in_french(settings, "LANGUAGE_CODE")
+    term = table.election("beat", lease=30).campaign(wait=5)
+    text = operator.get(reverse("admin:django_dynlock_lease_changelist")).content.decode()
+    assert '<span class="dynlock-badge">élection beat</span>' in text
+    assert re.search(r'<div class="dynlock-term quiet">mandat depuis [0-9.]+s</div>', text)
+    term.release()
+    settings.CELERY_BEAT_SCHEDULER = "django_dynlock.celery.LeaderScheduler"
+    settings.CELERY_DYNLOCK_BEAT_LEASE = 9
+    settings.CELERY_BEAT_MAX_LOOP_INTERVAL = 10
+    with translation.override("fr"):
+        [found] = [m for m in checks.run_checks(tags=["dynlock"]) if m.id == "dynlock.W005"]
+        said = (str(found.msg), str(found.hint))
+    assert said[0].startswith("Celery beat avec django_dynlock.celery.LeaderScheduler peut dormir 10s")
+    assert said[1] == "Réglez beat_max_loop_interval (CELERY_BEAT_MAX_LOOP_INTERVAL) à 3 ou moins, ou allongez le bail."

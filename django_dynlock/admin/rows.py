@@ -37,6 +37,8 @@ class Row:
     detail_url: str = ""
     break_url: str = ""
     task_id: str = ""  # a Celery task's id (django_dynlock.celery): shown with the task's name
+    election: str = ""  # the election whose term this is (client.election): a badge by the holder
+    term_age: str = ""  # how long the term has lasted, while it is held
 
     @property
     def key(self) -> str:
@@ -80,6 +82,8 @@ def make_row(info: LeaseInfo, now: dt.datetime) -> Row:
         left_percent=percent,
         lease_seconds=fmt.duration(seconds) if seconds else "-",
         task_id=info.holder.get("task_id", "") if what_key == "task" else "",
+        election=fmt.election(info) or "",
+        term_age=fmt.duration(age) if (age := fmt.term_age(info, now)) is not None else "",
     )
 
 

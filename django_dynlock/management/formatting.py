@@ -14,6 +14,7 @@ from typing import Any
 from django.utils.translation import gettext, gettext_lazy
 
 from ..engine.client import LockClient
+from ..engine.election import ELECTION_HOLDER_KEY, KEY_PREFIX
 from ..engine.items import BREAK_PREFIX, USER_KEY, LeaseInfo
 from ..engine.text import printable
 
@@ -145,14 +146,48 @@ def problems_text(info: LeaseInfo) -> str:
     return "; ".join(info.problems)
 
 
+def election(info: LeaseInfo) -> str | None:
+    """The name of the election whose term ``info`` is (``client.election(name)``: its
+    holder metadata names it, on the key ``election:<name>``), or None for a plain lease."""
+    name = info.holder.get(ELECTION_HOLDER_KEY)
+    return name if name and info.key == KEY_PREFIX + name else None
+
+
+def term_age(info: LeaseInfo, now: dt.datetime) -> float | None:
+    """Seconds since an election's term began (renewals keep ``acquired_at``), while the
+    term is held; None for a plain lease or a term that has ended."""
+    if election(info) is None or info.acquired_at is None or state(info, now) != "held":
+        return None
+    return max(0.0, (now - info.acquired_at).total_seconds())
+
+
+def election_text(info: LeaseInfo, now: dt.datetime) -> str:
+    """``election beat, term age 4m 05s``; empty for a plain lease."""
+    name = election(info)
+    if name is None:
+        return ""
+    text = _("election %(name)s") % {"name": name}
+    age = term_age(info, now)
+    if age is not None:
+        text += ", " + _("term age %(age)s") % {"age": duration(age)}
+    return text
+
+
 def metadata(info: LeaseInfo) -> list[tuple[str, str]]:
-    """The holder metadata not already shown as what holds the lease and for whom."""
+    """The holder metadata not already shown as what holds the lease and for whom (nor,
+    for an election's term, as the election)."""
     shown = {info.what_key(), USER_KEY}
+    if election(info) is not None:
+        shown.add(ELECTION_HOLDER_KEY)
     return [(k, v) for k, v in sorted(info.holder.items()) if k not in shown]
 
 
-def metadata_text(info: LeaseInfo) -> str:
+def metadata_text(info: LeaseInfo, now: dt.datetime | None = None) -> str:
+    """``METADATA``: an election's name and term age first (given ``now``), then the rest."""
     text = " ".join(f"{k}={v}" for k, v in metadata(info))
+    if election(info) is not None:
+        said = election_text(info, now) if now is not None else _("election %(name)s") % {"name": election(info)}
+        text = f"{said}; {text}" if text else said
     if info.problems:
         text = _("malformed: %(problems)s") % {"problems": problems_text(info)} + (f" {text}" if text else "")
     return text
@@ -183,6 +218,8 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
         "break_reason": info.break_reason,
         "reserved_by": info.reserved_by,
         "problems": list(info.problems),
+        "election": election(info),
+        "term_age": round(age, 3) if (age := term_age(info, now)) is not None else None,
     }
 
 
@@ -194,7 +231,7 @@ def summary(info: LeaseInfo, now: dt.datetime) -> str:
         _("acquired %(ago)s") % {"ago": ago(info.acquired_at, now)},
         expires(info, now) if state(info, now) == "expired" else _("expires %(when)s") % {"when": expires(info, now)},
     ]
-    extra = metadata_text(info)
+    extra = metadata_text(info, now)
     if extra:
         parts.append(extra)
     return printable(", ".join(parts))

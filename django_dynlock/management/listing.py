@@ -47,6 +47,8 @@ CSV_FIELDS = (
     "break_reason",
     "reserved_by",
     "problems",
+    "election",
+    "term_age",
 )
 
 
@@ -119,7 +121,7 @@ def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
         fmt.holder_text(info),
         fmt.ago(info.acquired_at, now),
         fmt.expires(info, now),
-        fmt.metadata_text(info),
+        fmt.metadata_text(info, now),
     ]
     return [printable(cell) for cell in cells]
 

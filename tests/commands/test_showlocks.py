@@ -151,6 +151,36 @@ def test_showlocks_all_shows_released_broken_and_expired(dynlock, other):
     held.release()
 
 
+@MOTO
+def test_showlocks_shows_elections_and_each_terms_age(dynlock, other):
+    """issue 37: a term of client.election(name) is shown as that election, with its age
+    (time since it was elected) while it is held; a plain lease whose holder merely says
+    ``election`` (not on the key ``election:<name>``) is not."""
+    term = other.election("beat", lease=8.0, holder={"command": "celery beat", "scheduler": "S"}).campaign(wait=5)
+    plain = other.acquire("job:1", holder={"function": "jobs.run", "election": "beat"})
+    time.sleep(1.2)  # a term age of a second at least
+    rows = {line.split()[0]: line for line in run("showlocks").out.splitlines()[1:-1]}
+    assert re.search(r"  election beat, term age [12]s; scheduler=S$", rows["election:beat"]), rows
+    assert f"celery beat on {os.uname().nodename}:{os.getpid()}" in rows["election:beat"]
+    assert rows["job:1"].endswith("election=beat")
+
+    records = {r["key"]: r for r in json.loads(run("showlocks", "--format", "json").out)}
+    assert records["election:beat"]["election"] == "beat"
+    assert 1.0 <= records["election:beat"]["term_age"] < 8.0
+    assert records["election:beat"]["holder"] == {"command": "celery beat", "scheduler": "S", "election": "beat"}
+    assert records["job:1"]["election"] is None and records["job:1"]["term_age"] is None
+    cells = {r["key"]: r for r in csv.DictReader(io.StringIO(run("showlocks", "--format", "csv").out))}
+    assert cells["election:beat"]["election"] == "beat" and 1.0 <= float(cells["election:beat"]["term_age"]) < 8.0
+    assert cells["job:1"]["election"] == "" and cells["job:1"]["term_age"] == ""
+
+    term.release()  # resigned: still an election's (--all), with no term age
+    plain.release()
+    rows = {line.split()[0]: line for line in run("showlocks", "--all").out.splitlines()[1:-1]}
+    assert re.search(r"  election beat; scheduler=S$", rows["election:beat"]), rows
+    [record] = [r for r in json.loads(run("showlocks", "--all", "--format", "json").out) if r["key"] == "election:beat"]
+    assert record["state"] == "released" and record["election"] == "beat" and record["term_age"] is None
+
+
 def test_showlocks_streams_pages(dynlock):
     # 130 held items written directly: pages of 50 are three Scan calls.
     now = time.time()
