@@ -27,13 +27,13 @@ from celery import Celery, signals  # noqa: E402
 from celery.beat import PersistentScheduler, Scheduler  # noqa: E402
 from django.core import checks  # noqa: E402
 
-from django_dynlock import InvalidArgument, LockClient  # noqa: E402
+from django_dynlock import InvalidArgument  # noqa: E402
 from django_dynlock.celery import LeaderScheduler  # noqa: E402
-from django_dynlock.engine import ClientOptions  # noqa: E402
 from localdynamo.faultproxy import FaultProxy  # noqa: E402
-from localdynamo.servers import REPO_ROOT, suite_region, suite_session_options, table_name  # noqa: E402
+from localdynamo.servers import REPO_ROOT, table_name  # noqa: E402
 from tests.support import beat_app  # noqa: E402
 from tests.support import celery_app as tasks  # noqa: E402
+from tests.support.clients import client_for  # noqa: E402
 from tests.support.polling import wait_for  # noqa: E402
 from tests.support.tables import delete_table, fresh_table  # noqa: E402
 
@@ -113,14 +113,7 @@ def test_beat_over_a_failover_sends_each_entry_once_and_misses_at_most_the_lease
     About 30 s."""
     endpoint = dynamodb_local_server.endpoint_url
     table = table_name()
-    client = LockClient(
-        ClientOptions(
-            endpoint_url=endpoint,
-            table_name=table,
-            region_name=suite_region(),
-            session_options=suite_session_options(),
-        )
-    )
+    client = client_for(endpoint, table)  # the suite's options; it reads the leader below
     client.create_table(wait=True)
     folder = tmp_path / "broker"
     folder.mkdir()
@@ -225,8 +218,6 @@ def tick_for(scheduler: LeaderScheduler, seconds: float) -> list[float]:
 
 
 def peer(client):
-    from tests.support.clients import client_for
-
     return client_for(client.options.endpoint_url, client.options.table_name)
 
 
