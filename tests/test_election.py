@@ -331,9 +331,7 @@ def test_never_two_leaders_through_faults_and_a_cut_link_to_the_leader(local, tm
     intervals never overlap and tokens increase with every term."""
     report = tmp_path / "terms.jsonl"
     lease, poll = 2.0, 0.5
-    proxies = [
-        FaultProxy(local.endpoint, max_seconds=200, seed=slot).start() for slot in range(CONTENDERS)
-    ]
+    proxies = [FaultProxy(local.endpoint, max_seconds=200, seed=slot).start() for slot in range(CONTENDERS)]
     for proxy in proxies:
         proxy.set_rates(ELECTION_FAULTS, delay_seconds=0.3)
 

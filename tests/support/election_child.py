@@ -69,9 +69,7 @@ def contend_through_faults(
     delays: a delayed request is sent again while the first is on its way (a
     duplicate), a dropped or held reply is retried after its write was applied.
     """
-    client = client_for(
-        endpoint, table, lease_duration=lease, heartbeat_period=lease / 4, client_config=FAULTY_CONFIG
-    )
+    client = client_for(endpoint, table, lease_duration=lease, heartbeat_period=lease / 4, client_config=FAULTY_CONFIG)
     election = client.election(name, poll=poll)
     lost_at: dict[int, float] = {}
     election.on_lost(lambda term, reason: lost_at.setdefault(term.token, monotonic()))
