@@ -17,6 +17,7 @@ import pytest
 from django_dynlock import LockNotAcquired
 from django_dynlock.engine.clock import monotonic
 from django_dynlock.signals import leader_elected, leadership_lost
+from localdynamo.faultproxy import FaultProxy
 from tests.support.calls import count_calls
 from tests.support.clients import client_for
 from tests.support.polling import wait_for
@@ -311,6 +312,99 @@ def test_never_two_leaders_among_five_processes_resigning_or_killed(local, tmp_p
         assert ends[token] <= next_start, (
             f"term {token} ended at {ends[token]}, term {next_token} began at {next_start}"
         )
+
+
+# Through each process' own fault proxy: about one request in five suffers a fault.
+# The delays outlast the children's 0.25 s read timeout: a delayed request is sent
+# again and the first lands later (a duplicate); a held or dropped reply is retried
+# after its write was applied.
+ELECTION_FAULTS = {"drop_reply": 0.05, "delay": 0.05, "delay_reply": 0.05, "reset": 0.03, "http500": 0.03}
+CUT = 0.2  # the share of leaders whose link the test cuts for longer than the lease
+
+
+@pytest.mark.slow
+def test_never_two_leaders_through_faults_and_a_cut_link_to_the_leader(local, tmp_path):
+    """Five processes, each through its own FaultProxy with mixed faults for the whole
+    run; leaders resign, are SIGKILLed, lose their term to faults, or have their link
+    cut for lease + 1.5 s (then healed). A leader's interval ends when it resigns,
+    dies, or itself sees its term lost (``is_held`` False or the loss callback): the
+    intervals never overlap and tokens increase with every term."""
+    report = tmp_path / "terms.jsonl"
+    lease, poll = 2.0, 0.5
+    proxies = [FaultProxy(local.endpoint, max_seconds=200, seed=slot).start() for slot in range(CONTENDERS)]
+    for proxy in proxies:
+        proxy.set_rates(ELECTION_FAULTS, delay_seconds=0.3)
+
+    def start(slot: int) -> subprocess.Popen:
+        endpoint = proxies[slot].endpoint_url
+        return spawn("faulty", endpoint, local.options.table_name, "faults", lease, poll, report, 0.15, CUT)
+
+    children = {slot: start(slot) for slot in range(CONTENDERS)}
+    slot_of = {child.pid: slot for slot, child in children.items()}
+    killed: dict[int, float] = {}  # token: when its leader was SIGKILLed
+    cut: dict[int, int] = {}  # token: the slot cut
+    healed: dict[int, float] = {}  # token: when its leader's link was healed
+    healing: list[dict] = []
+    deadline = time.monotonic() + 110
+    try:
+        while time.monotonic() < deadline:
+            events = lines(report)
+            if sum(e["event"] == "ELECTED" for e in events) >= TERMS and len(healed) == len(cut):
+                break
+            for doomed in (e for e in events if e["event"] == "DOOMED" and e["token"] not in killed):
+                time.sleep(0.2)  # it leads a little while first
+                killed[doomed["token"]] = monotonic()
+                slot = slot_of[doomed["pid"]]
+                children[slot].send_signal(signal.SIGKILL)
+                children[slot].wait(10)
+                children[slot] = start(slot)
+                slot_of[children[slot].pid] = slot
+            for victim in (e for e in events if e["event"] == "CUT" and e["token"] not in cut):
+                cut[victim["token"]] = slot_of[victim["pid"]]
+                proxies[cut[victim["token"]]].pause()  # every request reset: the link is down
+                victim["heal_at"] = time.monotonic() + lease + 1.5
+                healing.append(victim)
+            for victim in [v for v in healing if v["heal_at"] <= time.monotonic()]:
+                proxies[cut[victim["token"]]].resume()
+                healed[victim["token"]] = monotonic()
+                healing.remove(victim)
+            time.sleep(0.02)
+    finally:
+        for child in children.values():
+            child.kill()
+        for child in children.values():
+            child.wait(10)
+        faults = {}
+        for proxy in proxies:
+            for kind, count in proxy.stats.faults.items():
+                faults[kind] = faults.get(kind, 0) + count
+            proxy.stop()
+    events = lines(report)
+    starts = {e["token"]: e["at"] for e in events if e["event"] == "ELECTED"}
+    ends = {e["token"]: e["at"] for e in events if e["event"] == "END"}
+    ends.update({token: min(at, ends.get(token, at)) for token, at in killed.items()})
+    terms = sorted((start, token) for token, start in starts.items())
+    lost = sum(e["event"] == "END" and e["how"] == "lost" and e["token"] not in cut for e in events)
+    print(
+        f"{len(terms)} terms, {len(killed)} leaders SIGKILLed, {len(cut)} links cut, {lost} other terms lost "
+        f"to faults, {len(slot_of)} processes in all; faults {faults}"
+    )
+    # Safety first, over every term seen, even in a run that fell short of TERMS.
+    for (start, token), (next_start, next_token) in zip(terms, terms[1:]):
+        assert next_token > token, f"term {next_token} began after term {token}"
+        assert token in ends, f"term {token} has no end, yet term {next_token} began"
+        assert start <= ends[token]
+        assert ends[token] <= next_start, (
+            f"term {token} ended at {ends[token]}, term {next_token} began at {next_start}"
+        )
+    assert len(terms) >= TERMS, f"only {len(terms)} terms in 110 s"
+    assert len(killed) >= 2 and len(cut) >= 2
+    assert all(faults.get(kind, 0) >= 10 for kind in ELECTION_FAULTS), faults
+    # A cut-off leader found its term lost by itself, and (at least once) its successor
+    # was elected while the link was still down: it did not wait for the heal to stop.
+    assert all(e["how"] == "lost" for e in events if e["event"] == "END" and e["token"] in cut)
+    following = {token: next_start for (_, token), (next_start, _) in zip(terms, terms[1:])}
+    assert any(following.get(token, float("inf")) < at for token, at in healed.items()), (healed, following)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ import sys
 import time
 from typing import Any
 
+from django_dynlock import LockNotAcquired
 from django_dynlock.engine.clock import monotonic
 from tests.support.clients import client_for
 
@@ -48,6 +49,59 @@ def contend(endpoint: str, table: str, name: str, lease: float, poll: float, pat
             ended = term.valid_until  # should not happen; the interval ends where it stopped
         report(path, event="END", token=term.token, at=ended, how="resign" if term.is_held else "lost")
         term.release()
+    os._exit(0)
+
+
+FAULTY_CONFIG = {"read_timeout": 0.25, "connect_timeout": 0.5}
+
+
+def contend_through_faults(
+    endpoint: str, table: str, name: str, lease: float, poll: float, path: str, doom: float, cut: float
+) -> None:
+    """:func:`contend` through a fault proxy (``endpoint``), whose leader may lose its term.
+
+    While it leads it looks at ``term.is_held`` every few milliseconds, and its interval
+    ends the moment it sees False (its belief, as ``election.run``'s function would hold
+    it), or the loss callback comes, whichever is first. With probability ``doom`` it
+    says DOOMED and leads on until SIGKILLed or its term is lost; with probability
+    ``cut`` it says CUT and leads on until its term is lost (the test cuts its link),
+    else it resigns after a short while. The read timeout is shorter than the proxy's
+    delays: a delayed request is sent again while the first is on its way (a
+    duplicate), a dropped or held reply is retried after its write was applied.
+    """
+    client = client_for(endpoint, table, lease_duration=lease, heartbeat_period=lease / 4, client_config=FAULTY_CONFIG)
+    election = client.election(name, poll=poll)
+    lost_at: dict[int, float] = {}
+    election.on_lost(lambda term, reason: lost_at.setdefault(term.token, monotonic()))
+    rng = random.Random(os.getpid())
+    report(path, event="STARTED")
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        try:
+            term = election.campaign(wait=deadline - time.monotonic())
+        except LockNotAcquired:
+            break
+        report(path, event="ELECTED", token=term.token, at=monotonic())
+        fate = rng.random()
+        if fate < doom:
+            report(path, event="DOOMED", token=term.token)
+            hold = deadline - time.monotonic()
+        elif fate < doom + cut:
+            report(path, event="CUT", token=term.token)
+            hold = deadline - time.monotonic()
+        else:
+            hold = rng.uniform(0.1, 0.6)
+        until = time.monotonic() + hold
+        while term.is_held and term.token not in lost_at and time.monotonic() < until:
+            time.sleep(0.005)
+        seen = monotonic()
+        if term.is_held and term.token not in lost_at:
+            report(path, event="END", token=term.token, at=seen, how="resign")
+            term.release()
+        else:
+            ended = min(seen, lost_at.get(term.token, seen))
+            report(path, event="END", token=term.token, at=ended, how="lost", reason=term.lost_reason)
+            election.resign()  # a term lost locally may still be named in the table
     os._exit(0)
 
 
@@ -131,6 +185,10 @@ if __name__ == "__main__":
     role, endpoint, table, name, *rest = sys.argv[1:]
     if role == "contend":
         contend(endpoint, table, name, float(rest[0]), float(rest[1]), rest[2], float(rest[3]))
+    elif role == "faulty":
+        contend_through_faults(
+            endpoint, table, name, float(rest[0]), float(rest[1]), rest[2], float(rest[3]), float(rest[4])
+        )
     elif role == "pause":
         lead_then_pause(endpoint, table, name, float(rest[0]), rest[1])
     else:
