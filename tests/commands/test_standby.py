@@ -62,6 +62,13 @@ def standby(
         log.close()
 
 
+def catches_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` has a handler of its own for SIGTERM (Linux: /proc's SigCgt)."""
+    with open(f"/proc/{pid}/status") as status:
+        caught = next(line for line in status if line.startswith("SigCgt:"))
+    return bool(int(caught.split()[1], 16) & (1 << (signal.SIGTERM - 1)))
+
+
 def program(report: Path, *args: str) -> list[str]:
     return ["--exec", "--", sys.executable, CHILD, str(report), *args]
 
@@ -257,7 +264,10 @@ def test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over(local, t
         second = wait_for(lambda: started(report, exclude=(first["pid"],)), 10, "the standby's child")[0]
         # A standby that does not lead leaves at the end of its current look.
         spare = standby(local.endpoint, table, tmp_path, "handover", *program(spare_report))
-        time.sleep(3.0)  # started (about a second), and standing by
+        # Up: its SIGTERM handler is in (a fixed 3 s was too short for Django's start-up at
+        # load 9, and SIGTERM killed it before it was there), then standing by on its cadence.
+        wait_for(lambda: catches_sigterm(spare.pid), 30, "the spare's SIGTERM handler", interval=0.05)
+        time.sleep(1.0)
         asked = time.monotonic()
         spare.send_signal(signal.SIGTERM)
         assert spare.wait(10) == 0
