@@ -86,7 +86,7 @@ class Acquiring(Undoing):
                 self._keylocks.leave(stored)
                 raise
         except LockNotAcquired as busy:
-            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            self._events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
         self._start_holding(lease, waited=monotonic() - started)
         return lease
@@ -134,7 +134,7 @@ class Acquiring(Undoing):
                 self._keylocks.leave(stored)
                 raise
         except LockNotAcquired as busy:
-            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            self._events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
         self._start_holding(lease, waited=monotonic() - started)
         return lease
@@ -198,8 +198,8 @@ class Acquiring(Undoing):
         # between it watches with consistent reads: a read costs a fifth of a write, is
         # cheaper for the server to answer, and leaves the holder's own writes unqueued.
         began = monotonic()
-        if self._clock_unread():
-            yield Send(functools.partial(self._read_clock, stored))  # see _learn_clock
+        if self._stamper.clock_unread():
+            yield Send(functools.partial(self._stamper.read_clock, stored))  # see Stamper.learn_clock
         watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
         tries = 0
@@ -457,7 +457,7 @@ class Acquiring(Undoing):
         """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
         _ = self._store.boto  # built before the stamp is taken: building it takes a while the first time
         at = monotonic()
-        stamp = self._stamp(at)
+        stamp = self._stamper.stamp(at)
         params = rq.acquire(
             self.options,
             stored,
@@ -473,8 +473,8 @@ class Acquiring(Undoing):
             thread=threading.current_thread().name,
             holder=terms.holder,
             takeover_rvn=takeover_rvn,
-            base=self._fence_base(stamp),
-            watch_only=self._watch_only(),
+            base=self._stamper.fence_base(stamp),
+            watch_only=self._stamper.watch_only(),
         )
         return params, stamp + terms.lease_seconds
 
@@ -496,7 +496,7 @@ class Acquiring(Undoing):
             token=token,
             lease_seconds=terms.lease_seconds,
             sent_at=sent,
-            ends_at=self._holder_end(sent, terms.lease_seconds, expires),
+            ends_at=self._stamper.holder_end(sent, terms.lease_seconds, expires),
             seq=attempt.seq,
             holder=dict(terms.holder or {}),
         )
@@ -521,7 +521,7 @@ class Acquiring(Undoing):
         """
         latest = self.clock.latest(sent)
         if latest is None:
-            if not self._watch_only():
+            if not self._stamper.watch_only():
                 return True, None
             ahead = 0.0  # no Date in the reply either: store no expiry, not the wall clock's
         else:

@@ -119,7 +119,7 @@ class Breaking(Holding):
             logger.warning(
                 "lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given")
             )
-        self._emit("broken", key=key, token=token, reason=reason, by=by)
+        self._events.emit("broken", key=key, token=token, reason=reason, by=by)
         for lease in list(self._held):
             if lease.stored_key == stored and (token is None or lease.token == token):
                 # Our own process held it: tell the holder now, not at its next heartbeat.

@@ -24,10 +24,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..exceptions import DynLockError, InvalidArgument, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from .base import Listener, live_clients
+from .base import live_clients
 from .breaking import Breaking
 from .clock import monotonic
 from .election import STANDBY_POLL, Election
+from .events import Listener
 from .failures import describe_endpoint
 from .handover import HandingOver, Handover
 from .items import LeaseInfo
@@ -83,7 +84,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         ``reason``, ``by``). Listeners run in the thread that saw the event, often
         the heartbeat thread: keep them short.
         """
-        self._listeners.append(listener)
+        self._events.add(listener)
 
     def acquire(
         self,

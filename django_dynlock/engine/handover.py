@@ -79,7 +79,7 @@ class HandingOver(Holding):
         self._stop_holding(lease)
         held = monotonic() - lease.acquired_monotonic
         logger.debug("handed over %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
-        self._emit("released", lease, held=held)
+        self._events.emit("released", lease, held=held)
         return handover
 
     def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
@@ -97,10 +97,10 @@ class HandingOver(Holding):
     def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
         seq = handover.seq + 1
         rvn = uuid.uuid4().hex
-        self._learn_clock(stored)
+        self._stamper.learn_clock(stored)
         clock_was_known = self.clock.known
         sent = monotonic()
-        stamp = self._stamp(sent)
+        stamp = self._stamper.stamp(sent)
         request = rq.adopt(
             self.options,
             stored,
@@ -114,7 +114,7 @@ class HandingOver(Holding):
             host=socket.gethostname(),
             pid=os.getpid(),
             thread=threading.current_thread().name,
-            watch_only=self._watch_only(),
+            watch_only=self._stamper.watch_only(),
         )
         try:
             reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
@@ -133,7 +133,7 @@ class HandingOver(Holding):
             token=handover.token,
             lease_seconds=lease_seconds,
             sent_at=sent,
-            ends_at=self._holder_end(sent, lease_seconds, stamp + lease_seconds),
+            ends_at=self._stamper.holder_end(sent, lease_seconds, stamp + lease_seconds),
             seq=seq,
             holder=dict(info.holder) if info is not None else None,
         )

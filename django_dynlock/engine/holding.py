@@ -44,7 +44,7 @@ class Holding(ClientBase):
         """
         seq = lease.upkeep.seq = lease.upkeep.seq + 1
         sent = monotonic()
-        stamp = self._stamp(sent)
+        stamp = self._stamper.stamp(sent)
         expires = stamp + lease_seconds
         try:
             request = rq.renew(
@@ -55,7 +55,7 @@ class Holding(ClientBase):
                 seq=seq,
                 lease_seconds=lease_seconds,
                 stamp=stamp,
-                watch_only=self._watch_only(),
+                watch_only=self._stamper.watch_only(),
             )
             self._store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
         except ClientError as exc:
@@ -64,8 +64,8 @@ class Holding(ClientBase):
             # same write was applied and its reply lost.
             if not (item and item.get(it.OWNER, {}).get("S") == lease.owner and (it.number(item, it.SEQ) or 0) >= seq):
                 return False, item
-        if lease.upkeep.renewed(sent, lease_seconds, self._holder_end(sent, lease_seconds, expires)):
-            self._emit("recovered", lease)
+        if lease.upkeep.renewed(sent, lease_seconds, self._stamper.holder_end(sent, lease_seconds, expires)):
+            self._events.emit("recovered", lease)
         return True, None
 
     def _renewal_patience(self, lease: Lease) -> float:
@@ -87,7 +87,7 @@ class Holding(ClientBase):
         if lease.upkeep.mark_lost(reason, detail):
             logger.warning("%r lost: %s", lease, lease.upkeep.lost)
             self._stop_holding(lease)
-            self._emit("lost", lease, reason=reason)
+            self._events.emit("lost", lease, reason=reason)
             if reason in ("taken", "broken", "released"):  # the item shows it is not ours
                 self._disown(lease)
 
@@ -142,7 +142,7 @@ class Holding(ClientBase):
         logger.debug(
             "left %r (token %s) to run out in %.3fs, after holding it %.3fs", lease.key, lease.token, seconds, held
         )
-        self._emit("released", lease, held=held)
+        self._events.emit("released", lease, held=held)
 
     def _heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
@@ -165,7 +165,7 @@ class Holding(ClientBase):
         except DynLockError as exc:
             if lease.upkeep.mark_at_risk():
                 logger.warning("renewing %r failed, lease at risk: %s", lease, exc)
-                self._emit("at_risk", lease, error=exc)
+                self._events.emit("at_risk", lease, error=exc)
             # Retry well before the lease runs out; the loop marks it lost at its end.
             return self._retry_delay(lease)
         return period * random.uniform(0.85, 1.0)
@@ -223,7 +223,7 @@ class Holding(ClientBase):
             self._stop_holding(lease)
         held = monotonic() - lease.acquired_monotonic
         logger.debug("released %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
-        self._emit("released", lease, held=held)
+        self._events.emit("released", lease, held=held)
 
     def _release_remote(self, lease: Lease, *, quiet: bool, attempts: int | None = None) -> None:
         """The release write. On success the item keeps its fence and loses its owner.
@@ -259,7 +259,7 @@ class Holding(ClientBase):
                 # Taken or broken meanwhile: release() had returned, so this is the holder's
                 # only word of it (docs/protocol.md, "Release").
                 logger.warning("%r ended before its release got through: %s; %s", lease, reason, detail)
-                self._emit("lost", lease, reason=reason)
+                self._events.emit("lost", lease, reason=reason)
                 self._disown(lease)
                 return
             self._lose(lease, reason, detail)

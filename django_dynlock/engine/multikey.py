@@ -148,7 +148,7 @@ class MultiKey(Acquiring):
         for stored in entered:
             self._keylocks.leave(stored)
         if isinstance(error, LockNotAcquired):
-            self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+            self._events.emit("busy", key=error.key, holder=error.holder, waited=error.waited)
 
     def _undo_all(self, progress: Progress) -> None:
         """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then
@@ -159,8 +159,8 @@ class MultiKey(Acquiring):
     def _acquire_all_steps(
         self, by_stored: dict[str, str], ordered: list[str], terms: Terms, progress: Progress
     ) -> Steps[list[Lease]]:
-        if self._clock_unread():
-            yield Send(functools.partial(self._read_clock, ordered[0]))  # see _learn_clock
+        if self._stamper.clock_unread():
+            yield Send(functools.partial(self._stamper.read_clock, ordered[0]))  # see Stamper.learn_clock
         if self._store.has_transactions is not False and len(ordered) > 1:
             attempt = Attempt(owner=self._new_owner())
             progress.attempts = [(stored, attempt) for stored in ordered]

@@ -16,11 +16,11 @@ from unittest import mock
 
 from django_dynlock.engine import handover as handover_module
 from django_dynlock.engine import requests as rq
-from django_dynlock.engine.base import ClientBase
 from django_dynlock.engine.clock import ServerClock, monotonic
 from django_dynlock.engine.handover import HandingOver, Handover
 from django_dynlock.engine.holding import Holding
 from django_dynlock.engine.lease import Lease
+from django_dynlock.engine.stamps import Stamper
 
 Rewrite = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -96,9 +96,9 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
     lease had ended by then."""
     seq = handover.seq + 1
     rvn = handover_module.uuid.uuid4().hex
-    self._learn_clock(stored)
+    self._stamper.learn_clock(stored)
     sent = monotonic()
-    stamp = self._stamp(sent)
+    stamp = self._stamper.stamp(sent)
     request = rq.adopt(
         self.options,
         stored,
@@ -112,7 +112,7 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
         host=handover_module.socket.gethostname(),
         pid=handover_module.os.getpid(),
         thread=handover_module.threading.current_thread().name,
-        watch_only=self._watch_only(),
+        watch_only=self._stamper.watch_only(),
     )
     try:
         reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
@@ -133,7 +133,7 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
         token=handover.token,
         lease_seconds=lease_seconds,
         sent_at=sent,
-        ends_at=self._holder_end(sent, lease_seconds, stamp + lease_seconds),
+        ends_at=self._stamper.holder_end(sent, lease_seconds, stamp + lease_seconds),
         seq=seq,
         holder=dict(info.holder) if info is not None else None,
     )
@@ -147,13 +147,13 @@ def _release_remote_unreported(self: Holding, lease: Lease, *, quiet: bool, **op
     taken over or broken only disowned it, before commit 6b5d1b9: no lost event, no WARNING."""
     if not quiet:
         return _release_remote(self, lease, quiet=quiet, **options)
-    emit = self._emit
+    emit = self._events.emit
 
     def unreported(event: str, *args: Any, **info: Any) -> None:
         if event != "lost":
             emit(event, *args, **info)
 
-    with mock.patch.object(self, "_emit", unreported):
+    with mock.patch.object(self._events, "emit", unreported):
         return _release_remote(self, lease, quiet=quiet, **options)
 
 
@@ -163,9 +163,9 @@ PATCHES: dict[str, list[tuple[type, str, Any]]] = {
     # client whose replies carry no Date stamped its expiry by its wall clock. Its fence base
     # too, as before (3) (348c132), which needs that read to start a counter at all.
     "date-less": [
-        (ClientBase, "_clock_unread", lambda self: False),
-        (ClientBase, "_watch_only", lambda self: False),
-        (ClientBase, "_fence_base", lambda self, stamp: stamp),
+        (Stamper, "clock_unread", lambda self: False),
+        (Stamper, "watch_only", lambda self: False),
+        (Stamper, "fence_base", lambda self, stamp: stamp),
     ],
     "adopt-restamp": [(HandingOver, "_adopt_remote", _adopt_remote_unstamped)],
     "release-lost": [(Holding, "_release_remote", _release_remote_unreported)],
