@@ -559,9 +559,10 @@ def test_release_after_a_break_and_another_holder_raises_lost(mock_dynlock, monk
     # written out here, and the old reading of the item is run too, to show the test fails
     # without the fix.
     from django_dynlock.engine.client import LockClient
+    from django_dynlock.engine.holding import Keeper
 
     if reverted:
-        monkeypatch.setattr(LockClient, "_released_by_us", staticmethod(_guess_from_the_fence))
+        monkeypatch.setattr(Keeper, "_released_by_us", staticmethod(_guess_from_the_fence))
     operator, other = LockClient(mock_dynlock.options), LockClient(mock_dynlock.options)
     try:
         lease = mock_dynlock.acquire("finding-3")

@@ -33,8 +33,6 @@ PACKAGE = "django_dynlock"
 # typed callers read (.token, .owner); a Protocol in exceptions.py would narrow that type.
 KNOWN_ENGINE_CIRCLE = {
     ("django_dynlock.engine.base", "django_dynlock.engine.client"),
-    ("django_dynlock.engine.lease", "django_dynlock.engine.client"),
-    ("django_dynlock.engine.lease", "django_dynlock.engine.handover"),
     ("django_dynlock.engine.table", "django_dynlock.engine.client"),
     ("django_dynlock.exceptions", "django_dynlock.engine.lease"),
 }

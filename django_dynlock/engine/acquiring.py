@@ -88,7 +88,7 @@ class Acquiring(Undoing):
         except LockNotAcquired as busy:
             self._events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease, waited=monotonic() - started)
+        self._keeper.start(lease, waited=monotonic() - started)
         return lease
 
     async def _acquire_async(
@@ -136,7 +136,7 @@ class Acquiring(Undoing):
         except LockNotAcquired as busy:
             self._events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease, waited=monotonic() - started)
+        self._keeper.start(lease, waited=monotonic() - started)
         return lease
 
     async def _enter_gate_async(
@@ -490,6 +490,7 @@ class Acquiring(Undoing):
     ) -> Lease:
         lease = Lease(
             self._as_client,
+            keeper=self._keeper,
             key=key,
             stored_key=stored,
             owner=attempt.owner,
@@ -535,7 +536,7 @@ class Acquiring(Undoing):
             )
         try:
             with lease.upkeep.renew_lock:
-                applied, item = self._renew_write(lease, lease.lease_seconds)
+                applied, item = self._keeper.renew_write(lease, lease.lease_seconds)
         except DynLockError:
             if lease.remaining() > 0:
                 return True, None  # valid, only late to expire or short: the next heartbeat restamps it

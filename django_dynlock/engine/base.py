@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import socket
-import threading
 import uuid
 import weakref
 from collections.abc import Iterable, Mapping
@@ -24,7 +23,8 @@ from .clock import ServerClock, monotonic
 from .events import Events, Listener
 from .executors import Executors
 from .failures import safe_endpoint
-from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
+from .heartbeat import Heartbeater
+from .holding import Keeper
 from .items import LeaseInfo
 from .keylocks import KeyLocks
 from .lease import Lease
@@ -58,20 +58,19 @@ class ClientBase:
         # DynamoDB's clock as this client can bound it; see clock.py.
         self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
         self._store = Store(options, self.clock, boto_client=boto_client, check_open=self._check_open)
+        self._keeper = Keeper(options, self._events, check_open=self._check_open, is_closed=lambda: self._closed)
         self._init_process_state()
         live_clients.add(self)  # type: ignore[arg-type]
 
     def _init_process_state(self) -> None:
         self._pid = os.getpid()
         self.client_id = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
-        self._lock = threading.Lock()
         self._keylocks = KeyLocks()
-        self._held: set[Lease] = set()
         self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
         self._store = self._store.fresh_copy(self.clock)  # and a parent's boto3 client is not the child's
         self._stamper = Stamper(self.options, self.clock, self._store)  # a child reads the clock afresh
+        self._keeper.start_process(self._store, self.clock, self._stamper, self._keylocks)
         self._waiting = WaitPolicy(self.options, self.clock)
-        self._heartbeater = Heartbeater(self._heartbeat, name=THREAD_NAME_PREFIX + self.options.alias)
         # Thread pools for asyncio callers (a parent's threads do not exist in a child).
         self._executors = Executors(f"dynlock-{self.options.alias}")
 
@@ -80,10 +79,13 @@ class ClientBase:
         # and the child must neither renew nor release them. Only the forking thread
         # exists in the child: a lock another thread held at fork stays held for ever,
         # so the child's copies get fresh ones before anything takes them.
-        for lease in list(self._held):
-            lease.upkeep.after_fork()
-            lease.upkeep.mark_lost("fork", "a forked child does not own its parent's leases")
+        self._keeper.after_fork()
         self._init_process_state()
+
+    @property
+    def _heartbeater(self) -> Heartbeater:
+        """The keeper's heartbeat (tests stop it to play a process paused past its lease)."""
+        return self._keeper.heartbeater
 
     @property
     def _as_client(self) -> LockClient:
@@ -112,14 +114,11 @@ class ClientBase:
         value = self.options.wait_timeout if wait is None else wait
         return check_seconds("wait", value, allow_zero=True)  # type: ignore[return-value]
 
-    def _period(self, lease_seconds: float) -> float:
-        return min(self.options.heartbeat_period, lease_seconds / 3.0)
-
     def _busy_here(self, key: str, stored: str, started: float, keys: tuple[str, ...] | None = None) -> LockNotAcquired:
         """What an acquire refused by the in-process gate raises (another thread or coroutine
         of this process holds ``stored``, or is acquiring it): the same for one key and
         several, sync and async, with the hint a waiter in another process would work out."""
-        lease = next((lease for lease in list(self._held) if lease.stored_key == stored), None)
+        lease = next((lease for lease in list(self._keeper.held) if lease.stored_key == stored), None)
         return LockNotAcquired(
             key,
             holder=self._local_holder(lease),
@@ -146,28 +145,3 @@ class ClientBase:
             pid=os.getpid(),
             holder={k: str(v) for k, v in lease.holder.items()},
         )
-
-    def _start_holding(self, lease: Lease, *, waited: float) -> None:
-        with self._lock:
-            self._held.add(lease)
-        self._heartbeater.add(lease, self._first_heartbeat(lease))
-        logger.debug(
-            "acquired %r (token %s) after %.3fs and %d look(s)", lease.key, lease.token, waited, lease.upkeep.looks
-        )
-        self._events.emit("acquired", lease, waited=waited)
-
-    def _first_heartbeat(self, lease: Lease) -> float:
-        # The first renewal comes early if the first write left a short validity.
-        return min(self._period(lease.lease_seconds), max(lease.remaining() / 2, self.options.min_retry_delay))
-
-    def _stop_holding(self, lease: Lease) -> None:
-        with self._lock:
-            if lease not in self._held:
-                return
-            self._held.discard(lease)
-        self._keylocks.leave(lease.stored_key)
-        self._heartbeater.discard(lease)
-
-    def _heartbeat(self, lease: Lease) -> float | None:
-        """Renew one lease for the heartbeat thread; return the delay to the next renewal (holding.py)."""
-        raise NotImplementedError

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from ..exceptions import BreakUnconfirmed, DynLockError
 from . import items as it
 from . import requests as rq
-from .holding import Holding
+from .base import ClientBase
 from .text import printable
 
 logger = logging.getLogger("django_dynlock")
@@ -23,7 +23,7 @@ logger = logging.getLogger("django_dynlock")
 MAX_REASON = 500
 
 
-class Breaking(Holding):
+class Breaking(ClientBase):
     """break_lease() and confirm_break(): the writes, the read-back, the ``broken`` event."""
 
     def _break(self, key: str, token: int | None, reason: str, by: str) -> bool:
@@ -66,7 +66,7 @@ class Breaking(Holding):
                 # A copy of that holder's acquire still in the network could land on the
                 # freed key and quietly undo the break. The slot is marked as broken, not
                 # released: the holder's release() must not take it for its own.
-                self._end_owner(
+                self._keeper.end_owner(
                     stored,
                     broken,
                     "make sure a broken lease leaves no late write",
@@ -120,12 +120,12 @@ class Breaking(Holding):
                 "lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given")
             )
         self._events.emit("broken", key=key, token=token, reason=reason, by=by)
-        for lease in list(self._held):
+        for lease in list(self._keeper.held):
             if lease.stored_key == stored and (token is None or lease.token == token):
                 # Our own process held it: tell the holder now, not at its next heartbeat.
                 # Its owner was ended above already; _lose need not do it again.
                 lease.upkeep.disowned = lease.upkeep.disowned or lease.owner == broken
-                self._lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
+                self._keeper.lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
 
     def _break_request(
         self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str

@@ -362,24 +362,24 @@ class LockClient(MultiKey, Breaking, HandingOver):
     @property
     def held(self) -> list[Lease]:
         """Leases this client holds in this process."""
-        return list(self._held)
+        return list(self._keeper.held)
 
     def close(self, *, release: bool = False) -> None:
         """Stop renewing (and optionally release) every lease; returns promptly."""
         if self._closed:
             return
         if release and os.getpid() == self._pid:
-            for lease in list(self._held):
+            for lease in list(self._keeper.held):
                 try:
-                    self._release(lease)
+                    self._keeper.release(lease)
                 except DynLockError as exc:
                     logger.info("while closing, releasing %r failed: %s", lease, exc)
         self._closed = True
-        self._heartbeater.stop()
+        self._keeper.heartbeater.stop()
         self._executors.shutdown()
         # Leases we keep are no longer renewed: their holders must not trust them.
-        for lease in list(self._held):
-            self._lose(lease, "closed", "the lock client was closed")
+        for lease in list(self._keeper.held):
+            self._keeper.lose(lease, "closed", "the lock client was closed")
 
     @property
     def closed(self) -> bool:

@@ -19,68 +19,25 @@ import socket
 import threading
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import InvalidArgument, LockLost
+from ..exceptions import LockLost
 from . import items as it
 from . import requests as rq
+from .base import ClientBase
 from .clock import monotonic
-from .holding import Holding
-from .lease import Lease
+from .holding import released_by
+from .lease import Handover, Lease
 
 logger = logging.getLogger("django_dynlock")
 
 __all__ = ["Handover", "HandingOver"]
 
 
-@dataclass(frozen=True)
-class Handover:
-    """A lease on its way to another process: its key, owner id, token and the
-    sequence number of its last write. ``as_dict()``/``from_dict()`` carry it in a
-    message (all values strings, so any serializer keeps them exact)."""
-
-    key: str
-    owner: str
-    token: int
-    seq: int
-
-    def as_dict(self) -> dict[str, str]:
-        return {"key": self.key, "owner": self.owner, "token": str(self.token), "seq": str(self.seq)}
-
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Handover:
-        """The Handover of ``as_dict()``; InvalidArgument if ``data`` is not one."""
-        try:
-            key, owner = data["key"], data["owner"]
-            token, seq = int(data["token"]), int(data["seq"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidArgument(f"not a lease handover: {data!r}") from exc
-        if not (isinstance(key, str) and key and isinstance(owner, str) and owner) or seq < 1:
-            raise InvalidArgument(f"not a lease handover: {data!r}")
-        return cls(key=key, owner=owner, token=token, seq=seq)
-
-
-class HandingOver(Holding):
-    """``Lease.hand_over``, ``LockClient.adopt`` and ``LockClient.release_handover``."""
-
-    def _hand_over(self, lease: Lease, keep: float | None) -> Handover:
-        self._check_open()
-        lease.raise_if_lost()
-        with lease.upkeep.renew_lock:
-            if keep is not None:
-                # One renewal write: the lease now ends `keep` seconds ahead, whoever renews it next.
-                self._renew_once(lease, self._lease_seconds(keep))
-            handover = Handover(key=lease.key, owner=lease.owner, token=lease.token, seq=lease.upkeep.seq)
-            # From here on this process neither renews nor releases it.
-            lease.upkeep.mark_released()
-        self._stop_holding(lease)
-        held = monotonic() - lease.acquired_monotonic
-        logger.debug("handed over %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
-        self._events.emit("released", lease, held=held)
-        return handover
+class HandingOver(ClientBase):
+    """``LockClient.adopt`` and ``LockClient.release_handover`` (``Lease.hand_over`` is the Keeper's, holding.py)."""
 
     def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
         stored = self.options.prefixed(handover.key)
@@ -91,7 +48,7 @@ class HandingOver(Holding):
         except BaseException:
             self._keylocks.leave(stored)
             raise
-        self._start_holding(lease, waited=0.0)
+        self._keeper.start(lease, waited=0.0)
         return lease
 
     def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
@@ -127,6 +84,7 @@ class HandingOver(Holding):
         info = self._info(item)
         lease = Lease(
             self._as_client,
+            keeper=self._keeper,
             key=handover.key,
             stored_key=stored,
             owner=handover.owner,
@@ -143,7 +101,7 @@ class HandingOver(Holding):
         # came too late to use: one renewal by DynamoDB's clock, as acquire restamps. A
         # lease that ended before it could be handed out is never returned.
         with lease.upkeep.renew_lock:
-            applied, now_item = self._renew_write(lease, lease_seconds)
+            applied, now_item = self._keeper.renew_write(lease, lease_seconds)
         if not applied:
             raise self._not_adopted(handover, now_item or {})
         if not lease.is_held:
@@ -169,22 +127,13 @@ class HandingOver(Holding):
                 "update_item",
                 "release a handed-over lease",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **self._release_request(
+                **self._keeper.release_request(
                     stored, handover.owner, handover.token, handed_seq=None if even_if_adopted else handover.seq
                 ),
             )
         except ClientError as exc:
-            item = self._store.old_item(exc, stored)
-            slot, tag = it.release_slot(handover.owner)
             # Released under this owner id already: by an adopter, or by an earlier try of
             # ours. Still held under it with a later seq: adopted, and the adopter's.
-            return bool(
-                item
-                and (
-                    item.get(it.RELEASED_BY, {}).get("S") == handover.owner
-                    or item.get(slot, {}).get("S") == tag
-                    or it.in_ring(item, tag)
-                )
-            )
+            return released_by(handover.owner, self._store.old_item(exc, stored))
         logger.debug("released the handed-over lease of %r (token %s)", handover.key, handover.token)
         return True

@@ -119,7 +119,7 @@ class Heartbeater(_Timeline["Lease"]):
 
     def alarm(self, due: float, callback: Callable[[], None]) -> None:
         """Call ``callback`` at monotonic ``due``, on the client's alarm thread: this
-        thread may be waiting on a request then (Holding._lose_on_time)."""
+        thread may be waiting on a request then (Keeper._lose_on_time)."""
         self._alarms.add(due, callback)
 
     def retry(self, due: float, task: Callable[[], float | None]) -> None:

@@ -14,21 +14,68 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from ..exceptions import DynLockError, LockLost
+from ..exceptions import DynLockError, InvalidArgument, LockLost
 from .clock import monotonic
 from .items import LeaseInfo
 
 if TYPE_CHECKING:
-    from .client import LockClient
-    from .handover import Handover
+    from .options import ClientOptions
 
 logger = logging.getLogger("django_dynlock")
 
-__all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "Upkeep"]
+__all__ = ["Handover", "Lease", "LeaseClient", "LeaseGroup", "LeaseInfo", "LeaseKeeper", "LeaseState", "Upkeep"]
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A lease on its way to another process: its key, owner id, token and the
+    sequence number of its last write. ``as_dict()``/``from_dict()`` carry it in a
+    message (all values strings, so any serializer keeps them exact)."""
+
+    key: str
+    owner: str
+    token: int
+    seq: int
+
+    def as_dict(self) -> dict[str, str]:
+        return {"key": self.key, "owner": self.owner, "token": str(self.token), "seq": str(self.seq)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Handover:
+        """The Handover of ``as_dict()``; InvalidArgument if ``data`` is not one."""
+        try:
+            key, owner = data["key"], data["owner"]
+            token, seq = int(data["token"]), int(data["seq"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(f"not a lease handover: {data!r}") from exc
+        if not (isinstance(key, str) and key and isinstance(owner, str) and owner) or seq < 1:
+            raise InvalidArgument(f"not a lease handover: {data!r}")
+        return cls(key=key, owner=owner, token=token, seq=seq)
+
+
+class LeaseClient(Protocol):
+    """What a lease knows of the client that holds it: its options, and a look at a key."""
+
+    options: ClientOptions
+
+    def get(self, key: str, *, include_released: bool = False) -> LeaseInfo | None: ...
+
+
+class LeaseKeeper(Protocol):
+    """Who keeps a lease while it is held (holding.Keeper): its writes go through it."""
+
+    def extend(self, lease: Lease, lease_seconds: float | None) -> None: ...
+
+    def keep_for(self, lease: Lease, seconds: float) -> None: ...
+
+    def hand_over(self, lease: Lease, keep: float | None) -> Handover: ...
+
+    def release(self, lease: Lease) -> None: ...
 
 
 class LeaseState(str, enum.Enum):  # noqa: UP042 (str(state) stays "LeaseState.HELD")
@@ -83,8 +130,9 @@ class Lease(_ReleasedOnExit):
 
     def __init__(
         self,
-        client: LockClient,
+        client: LeaseClient,
         *,
+        keeper: LeaseKeeper,
         key: str,
         stored_key: str,
         owner: str,
@@ -96,6 +144,7 @@ class Lease(_ReleasedOnExit):
         holder: dict[str, Any] | None = None,
     ):
         self._client = client
+        self._keeper = keeper
         #: The lock key, as given (without the alias' ``KEY_PREFIX``).
         self.key = key
         #: The key as stored in the table (with ``KEY_PREFIX``).
@@ -117,7 +166,7 @@ class Lease(_ReleasedOnExit):
         self.upkeep.renewed(sent_at, lease_seconds, ends_at)
 
     @property
-    def client(self) -> LockClient:
+    def client(self) -> LeaseClient:
         """The client that holds this lease."""
         return self._client
 
@@ -174,7 +223,7 @@ class Lease(_ReleasedOnExit):
     # -- network operations ------------------------------------------------------
     def extend(self, lease: float | None = None) -> None:
         """Renew now, optionally with a new duration: one conditional write."""
-        self._client._extend(self, lease)
+        self._keeper.extend(self, lease)
 
     def keep_for(self, seconds: float) -> None:
         """Stop renewing, and leave the lock held for ``seconds`` more (one write).
@@ -183,7 +232,7 @@ class Lease(_ReleasedOnExit):
         runs of the same schedule still find the key busy. Any acquire takes it once
         its stored expiry has passed by DynamoDB's clock.
         """
-        self._client._keep_for(self, seconds)
+        self._keeper.keep_for(self, seconds)
 
     def hand_over(self, keep: float | None = None) -> Handover:
         """Stop renewing and releasing this lease here, and return what another process
@@ -194,7 +243,7 @@ class Lease(_ReleasedOnExit):
         task). Without, no write: it ends at the expiry of its last write. Until then
         nobody can take the key but the receiver; after, anyone.
         """
-        return self._client._hand_over(self, keep)
+        return self._keeper.hand_over(self, keep)
 
     def release(self) -> None:
         """Release the lock (one conditional write).
@@ -202,7 +251,7 @@ class Lease(_ReleasedOnExit):
         Raises :class:`LockLost` if the lease had already ended (expired, taken over
         or broken): the protected work may have overlapped another holder.
         """
-        self._client._release(self)
+        self._keeper.release(self)
 
     def condition_check(self) -> dict[str, Any]:
         """A ``TransactWriteItems`` entry that fails unless this lease still holds its key.
@@ -245,11 +294,11 @@ class Upkeep:
         self.release_pending = False
         self.release_since: float | None = None
         self.release_tries = 0
-        # Whether the client has made sure no late write of ours holds the key (Holding._disown).
+        # Whether the client has made sure no late write of ours holds the key (Keeper.disown).
         self.disowned = False
         # When the heartbeat thread is next due for this lease (older heap entries are stale).
         self.heartbeat_due = 0.0
-        # The validity end an alarm already watches (Holding._lose_on_time): one alarm per end.
+        # The validity end an alarm already watches (Keeper._lose_on_time): one alarm per end.
         self.watched_end: float | None = None
         # How many looks at the key (writes, reads, transactions) its acquisition took: DEBUG's line.
         self.looks = 0
@@ -319,7 +368,7 @@ class LeaseGroup(_ReleasedOnExit):
     as a context manager, or call :meth:`release`.
     """
 
-    def __init__(self, client: LockClient, leases: list[Lease]):
+    def __init__(self, client: LeaseClient, leases: list[Lease]):
         self._client = client
         #: The leases, one per key, in the order the keys were given.
         self.leases = leases

@@ -141,7 +141,7 @@ class MultiKey(Acquiring):
 
     def _held_group(self, leases: list[Lease], started: float) -> LeaseGroup:
         for one in leases:
-            self._start_holding(one, waited=monotonic() - started)
+            self._keeper.start(one, waited=monotonic() - started)
         return LeaseGroup(self._as_client, leases)
 
     def _leave_all(self, entered: list[str], error: BaseException) -> None:
@@ -208,7 +208,7 @@ class MultiKey(Acquiring):
                 self._waiting.remember(stored, None)
                 progress.leases.append(lease)
                 # Renewed, but not yet among held(): acquire_many() holds their in-process locks until all are ours.
-                self._heartbeater.add(lease, self._first_heartbeat(lease))
+                self._keeper.renew_early(lease)
             lost = [lease for lease in progress.leases if not lease.is_held]
             if not lost:
                 return progress.leases
@@ -231,7 +231,7 @@ class MultiKey(Acquiring):
         """Release the leases of a group that could not be completed (quietly: none was handed out)."""
         for lease in reversed(leases):
             lease.upkeep.mark_released()  # no more renewals
-            self._release_remote(lease, quiet=True)
+            self._keeper.release_remote(lease, quiet=True)
 
     def _transaction_steps(
         self,

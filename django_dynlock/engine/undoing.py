@@ -19,8 +19,9 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import DynLockError
 from . import requests as rq
+from .base import ClientBase
 from .clock import monotonic
-from .holding import RELEASE_RETRY_FOR, Holding
+from .holding import RELEASE_RETRY_FOR
 from .lease import Lease
 from .waiting import Attempt
 
@@ -53,7 +54,7 @@ class Undo:
         return not (self.reserved or self.ambiguous)
 
 
-class Undoing(Holding):
+class Undoing(ClientBase):
     """Undo an acquire that ended without a lease, now or, if DynamoDB cannot be reached, in the background."""
 
     def _undo(self, undos: Sequence[Undo], leases: Sequence[Lease] = ()) -> bool:
@@ -74,10 +75,10 @@ class Undoing(Holding):
         for lease in reversed(leases):
             lease.upkeep.mark_released()  # no more renewals
             if reached:
-                self._release_remote(lease, quiet=True, attempts=1)
+                self._keeper.release_remote(lease, quiet=True, attempts=1)
                 reached = not lease.upkeep.release_pending  # else it is retried in the background
             else:
-                self._release_later(lease)
+                self._keeper.release_later(lease)
         return reached
 
     def _undo_writes(self, pending: list[Undo]) -> DynLockError | None:
@@ -92,7 +93,7 @@ class Undoing(Holding):
                     )
                     undo.reserved = False
                 if undo.ambiguous:
-                    # Mark, then release (see Holding._end_owner): in the other order an
+                    # Mark, then release (see Keeper.end_owner): in the other order an
                     # attempt landing between the two would hold the key for nobody.
                     if not undo.marked:
                         self._store.call(
@@ -104,7 +105,7 @@ class Undoing(Holding):
                             ),
                         )
                         undo.marked = True
-                    self._unless_changed(UNDO, self._release_request(undo.stored, undo.owner))
+                    self._unless_changed(UNDO, self._keeper.release_request(undo.stored, undo.owner))
                     undo.ambiguous = False
             except DynLockError as error:
                 return error
@@ -152,7 +153,7 @@ class Undoing(Holding):
                 return None
             return self._undo_delay(tries)
 
-        self._heartbeater.retry(monotonic() + self._undo_delay(0), again)
+        self._keeper.heartbeater.retry(monotonic() + self._undo_delay(0), again)
 
     def _undo_delay(self, tries: int) -> float:
         backoff: float = self.options.min_retry_delay * 2 ** min(tries, 16)

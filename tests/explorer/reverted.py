@@ -18,7 +18,7 @@ from django_dynlock.engine import handover as handover_module
 from django_dynlock.engine import requests as rq
 from django_dynlock.engine.clock import ServerClock, monotonic
 from django_dynlock.engine.handover import HandingOver, Handover
-from django_dynlock.engine.holding import Holding
+from django_dynlock.engine.holding import Keeper
 from django_dynlock.engine.lease import Lease
 from django_dynlock.engine.stamps import Stamper
 
@@ -127,6 +127,7 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
     info = self._info(item)
     return Lease(
         self._as_client,
+        keeper=self._keeper,
         key=handover.key,
         stored_key=stored,
         owner=handover.owner,
@@ -139,21 +140,21 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
     )
 
 
-_release_remote = Holding._release_remote
+_release_remote = Keeper.release_remote
 
 
-def _release_remote_unreported(self: Holding, lease: Lease, *, quiet: bool, **options: Any) -> None:
+def _release_remote_unreported(self: Keeper, lease: Lease, *, quiet: bool, **options: Any) -> None:
     """Issue 29 (5): a release retried in the background (``quiet``) that found the lease
     taken over or broken only disowned it, before commit 6b5d1b9: no lost event, no WARNING."""
     if not quiet:
         return _release_remote(self, lease, quiet=quiet, **options)
-    emit = self._events.emit
+    emit = self.events.emit
 
     def unreported(event: str, *args: Any, **info: Any) -> None:
         if event != "lost":
             emit(event, *args, **info)
 
-    with mock.patch.object(self._events, "emit", unreported):
+    with mock.patch.object(self.events, "emit", unreported):
         return _release_remote(self, lease, quiet=quiet, **options)
 
 
@@ -168,7 +169,7 @@ PATCHES: dict[str, list[tuple[type, str, Any]]] = {
         (Stamper, "fence_base", lambda self, stamp: stamp),
     ],
     "adopt-restamp": [(HandingOver, "_adopt_remote", _adopt_remote_unstamped)],
-    "release-lost": [(Holding, "_release_remote", _release_remote_unreported)],
+    "release-lost": [(Keeper, "release_remote", _release_remote_unreported)],
 }
 
 FIXES = sorted([*WIRE, *PATCHES])

@@ -403,7 +403,7 @@ class Scenario:
     def _client(self, actor: Actor) -> LockClient:
         def build() -> LockClient:
             client = LockClient(self._options(), boto_client=Wire(self.world, actor))
-            client._heartbeater = SimHeartbeater(self.world, actor, client._heartbeat)  # type: ignore[assignment]
+            client._keeper.heartbeater = SimHeartbeater(self.world, actor, client._keeper.heartbeat)  # type: ignore[assignment]
             client.add_listener(self._heard)
             return client
 
