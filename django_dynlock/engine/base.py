@@ -1,5 +1,6 @@
-"""What every part of the lock client shares: its options, its process state, and the
-collaborators every role uses: its ``Events`` (events.py) and its ``Stamper`` (stamps.py).
+"""What every part of the lock client shares: its options, its process state, and its
+collaborators: ``Events`` (events.py), ``Stamper`` (stamps.py), ``Keeper`` (holding.py),
+``Breaker`` (breaking.py) and ``Handovers`` (handover.py).
 
 ``LockClient`` (client.py) is built in layers, one module per role: this base;
 ``holding.py`` (renewals and releases); ``acquiring.py`` (one key); ``multikey.py``
@@ -19,10 +20,12 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from ..exceptions import ClientClosed, LockNotAcquired
+from .breaking import Breaker
 from .clock import ServerClock, monotonic
 from .events import Events, Listener
 from .executors import Executors
 from .failures import safe_endpoint
+from .handover import Handovers
 from .heartbeat import Heartbeater
 from .holding import Keeper
 from .items import LeaseInfo
@@ -70,6 +73,17 @@ class ClientBase:
         self._store = self._store.fresh_copy(self.clock)  # and a parent's boto3 client is not the child's
         self._stamper = Stamper(self.options, self.clock, self._store)  # a child reads the clock afresh
         self._keeper.start_process(self._store, self.clock, self._stamper, self._keylocks)
+        self._breaker = Breaker(self.options, self._store, self.clock, self._keeper, self._events)
+        self._handovers = Handovers(
+            self.options,
+            client=self._as_client,
+            store=self._store,
+            clock=self.clock,
+            stamper=self._stamper,
+            keeper=self._keeper,
+            keylocks=self._keylocks,
+            busy_here=self._busy_here,
+        )
         self._waiting = WaitPolicy(self.options, self.clock)
         # Thread pools for asyncio callers (a parent's threads do not exist in a child).
         self._executors = Executors(f"dynlock-{self.options.alias}")

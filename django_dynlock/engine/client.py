@@ -25,12 +25,11 @@ from ..exceptions import DynLockError, InvalidArgument, LockNotAcquired
 from . import items as it
 from . import requests as rq
 from .base import live_clients
-from .breaking import Breaking
 from .clock import monotonic
 from .election import STANDBY_POLL, Election
 from .events import Listener
 from .failures import describe_endpoint
-from .handover import HandingOver, Handover
+from .handover import Handover
 from .items import LeaseInfo
 from .lease import Lease, LeaseGroup
 from .multikey import MAX_KEYS_PER_TRANSACTION, MultiKey
@@ -43,7 +42,7 @@ __all__ = ["Handover", "Listener", "LockClient"]
 T = TypeVar("T")
 
 
-class LockClient(MultiKey, Breaking, HandingOver):
+class LockClient(MultiKey):
     """Acquire, renew, release, list and break leases stored in one DynamoDB table.
 
     Thread-safe. One instance per process and table is enough: it owns the boto3
@@ -211,7 +210,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         expiry, or adopted by another process first: a message delivered twice).
         """
         self._check_open()
-        return self._adopt(handover, self._lease_seconds(lease))
+        return self._handovers.adopt(handover, self._lease_seconds(lease))
 
     def release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
         """End a handed-over lease that nobody adopted (one write), e.g. for a task that
@@ -224,7 +223,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         to be dead (its process was killed), which can neither renew nor release it.
         """
         self._check_open()
-        return self._release_handover(handover, even_if_adopted=even_if_adopted)
+        return self._handovers.release_handover(handover, even_if_adopted=even_if_adopted)
 
     def election(
         self,
@@ -312,7 +311,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         self._check_open()
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
-        return self._break(key, token, reason, by)
+        return self._breaker.break_(key, token, reason, by)
 
     def confirm_break(
         self, key: str, *, token: int | None, mark: str, reason: str = "", by: str = "operator"
@@ -323,9 +322,9 @@ class LockClient(MultiKey, Breaking, HandingOver):
         ended since, by this break or otherwise). Raises BackendError while DynamoDB
         still cannot be read."""
         self._check_open()
-        landed = self._break_landed(self.options.prefixed(key), token, mark)
+        landed = self._breaker.landed(self.options.prefixed(key), token, mark)
         if landed:
-            self._broken(key, token, reason, by, None)
+            self._breaker.broken(key, token, reason, by, None)
         return landed
 
     def create_table(

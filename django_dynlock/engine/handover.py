@@ -18,46 +18,76 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import LockLost
+from ..exceptions import LockLost, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from .base import ClientBase
-from .clock import monotonic
-from .holding import released_by
-from .lease import Handover, Lease
+from .clock import ServerClock, monotonic
+from .holding import Keeper, released_by
+from .keylocks import KeyLocks
+from .lease import Handover, Lease, LeaseClient
+from .options import ClientOptions
+from .stamps import Stamper
+from .store import Store
 
 logger = logging.getLogger("django_dynlock")
 
-__all__ = ["Handover", "HandingOver"]
+__all__ = ["Handover", "Handovers"]
 
 
-class HandingOver(ClientBase):
-    """``LockClient.adopt`` and ``LockClient.release_handover`` (``Lease.hand_over`` is the Keeper's, holding.py)."""
+class Handovers:
+    """``LockClient.adopt`` and ``LockClient.release_handover`` (``Lease.hand_over`` is the Keeper's, holding.py).
 
-    def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
+    Holds nothing of its own: one per client and process, over that process's store,
+    clock and stamper. It calls them, the in-process gate, and the keeper, which holds
+    an adopted lease from then on; ``busy_here`` is the client's answer to a key this
+    process already holds, the same as an acquire's.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        client: LeaseClient,
+        store: Store,
+        clock: ServerClock,
+        stamper: Stamper,
+        keeper: Keeper,
+        keylocks: KeyLocks,
+        busy_here: Callable[[str, str, float], LockNotAcquired],
+    ):
+        self.options = options
+        self.client = client  # what an adopted lease knows as its client: the facade
+        self.store = store
+        self.clock = clock
+        self.stamper = stamper
+        self.keeper = keeper
+        self.keylocks = keylocks
+        self.busy_here = busy_here
+
+    def adopt(self, handover: Handover, lease_seconds: float) -> Lease:
         stored = self.options.prefixed(handover.key)
-        if not self._keylocks.enter(stored, 0.0):
-            raise self._busy_here(handover.key, stored, monotonic())
+        if not self.keylocks.enter(stored, 0.0):
+            raise self.busy_here(handover.key, stored, monotonic())
         try:
             lease = self._adopt_remote(handover, stored, lease_seconds)
         except BaseException:
-            self._keylocks.leave(stored)
+            self.keylocks.leave(stored)
             raise
-        self._keeper.start(lease, waited=0.0)
+        self.keeper.start(lease, waited=0.0)
         return lease
 
     def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
         seq = handover.seq + 1
         rvn = uuid.uuid4().hex
-        self._stamper.learn_clock(stored)
+        self.stamper.learn_clock(stored)
         clock_was_known = self.clock.known
         sent = monotonic()
-        stamp = self._stamper.stamp(sent)
+        stamp = self.stamper.stamp(sent)
         request = rq.adopt(
             self.options,
             stored,
@@ -71,27 +101,27 @@ class HandingOver(ClientBase):
             host=socket.gethostname(),
             pid=os.getpid(),
             thread=threading.current_thread().name,
-            watch_only=self._stamper.watch_only(),
+            watch_only=self.stamper.watch_only(),
         )
         try:
-            reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
+            reply = self.store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
             item = reply.get("Attributes", {})
         except ClientError as exc:
-            item = self._store.old_item(exc, stored) or {}
+            item = self.store.old_item(exc, stored) or {}
             # Our own earlier try, its reply lost, wrote this rvn; anyone else's write did not.
             if not (item.get(it.OWNER, {}).get("S") == handover.owner and item.get(it.RVN, {}).get("S") == rvn):
                 raise self._not_adopted(handover, item) from None
-        info = self._info(item)
+        info = self.keeper.info(item)
         lease = Lease(
-            self._as_client,
-            keeper=self._keeper,
+            self.client,
+            keeper=self.keeper,
             key=handover.key,
             stored_key=stored,
             owner=handover.owner,
             token=handover.token,
             lease_seconds=lease_seconds,
             sent_at=sent,
-            ends_at=self._stamper.holder_end(sent, lease_seconds, stamp + lease_seconds),
+            ends_at=self.stamper.holder_end(sent, lease_seconds, stamp + lease_seconds),
             seq=seq,
             holder=dict(info.holder) if info is not None else None,
         )
@@ -101,7 +131,7 @@ class HandingOver(ClientBase):
         # came too late to use: one renewal by DynamoDB's clock, as acquire restamps. A
         # lease that ended before it could be handed out is never returned.
         with lease.upkeep.renew_lock:
-            applied, now_item = self._keeper.renew_write(lease, lease_seconds)
+            applied, now_item = self.keeper.renew_write(lease, lease_seconds)
         if not applied:
             raise self._not_adopted(handover, now_item or {})
         if not lease.is_held:
@@ -109,7 +139,7 @@ class HandingOver(ClientBase):
         return lease
 
     def _not_adopted(self, handover: Handover, item: Mapping[str, Any]) -> LockLost:
-        info = self._info(item)
+        info = self.keeper.info(item)
         if info is not None and info.owner == handover.owner and info.token == handover.token:
             # Same acquisition, later write: another process adopted it first.
             return LockLost(handover.key, handover.token, "taken", "the lease was adopted by another process")
@@ -120,20 +150,20 @@ class HandingOver(ClientBase):
         detail = f"now held with token {info.token}" if info is not None and info.owner else "the lock item is gone"
         return LockLost(handover.key, handover.token, "taken", detail)
 
-    def _release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
+    def release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
         stored = self.options.prefixed(handover.key)
         try:
-            self._store.call(
+            self.store.call(
                 "update_item",
                 "release a handed-over lease",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **self._keeper.release_request(
+                **self.keeper.release_request(
                     stored, handover.owner, handover.token, handed_seq=None if even_if_adopted else handover.seq
                 ),
             )
         except ClientError as exc:
             # Released under this owner id already: by an adopter, or by an earlier try of
             # ours. Still held under it with a later seq: adopted, and the adopter's.
-            return released_by(handover.owner, self._store.old_item(exc, stored))
+            return released_by(handover.owner, self.store.old_item(exc, stored))
         logger.debug("released the handed-over lease of %r (token %s)", handover.key, handover.token)
         return True

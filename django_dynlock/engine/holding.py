@@ -114,7 +114,8 @@ class Keeper:
         self.keylocks.leave(lease.stored_key)
         self.heartbeater.discard(lease)
 
-    def _info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+    def info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+        """The item as a LeaseInfo (None for no item), read with this client's key attribute and prefix."""
         if not item:
             return None
         return LeaseInfo.from_item(item, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix)
@@ -175,7 +176,7 @@ class Keeper:
                 self.disown(lease)
 
     def why_not_ours(self, lease: Lease, item: Mapping[str, Any] | None) -> tuple[str, str]:
-        info = self._info(item)
+        info = self.info(item)
         if info is None:
             return "taken", "the lock item is gone"
         if info.owner is None and info.was_broken:
