@@ -24,16 +24,14 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "django_dynlock"
 
-# The engine's type-only imports that tie 19 of its modules (exceptions.py among them)
-# into one circle. The engine is being reshaped into collaborators that are handed what
-# they need, and that refactor removes these edges; until then they are known, each
-# named, so that any other circle fails. Remove an edge here when its import goes.
-# exceptions -> engine.lease is no one-line change either: LockNotAcquired.holder is a
-# LeaseInfo (docs/api.md), which singleton.py hands to the formatting of a LeaseInfo and
-# typed callers read (.token, .owner); a Protocol in exceptions.py would narrow that type.
+# The one type-only import that ties 6 modules (exceptions.py among them) into a circle;
+# named, so that any other circle fails. Remove it here when it goes. The engine's own
+# edges (base -> client, lease -> client, lease -> handover, table -> client) went as the
+# client became a facade over collaborators (issue 36). exceptions -> engine.lease is no
+# one-line change: LockNotAcquired.holder is a LeaseInfo (docs/api.md), which
+# singleton.py hands to the formatting of a LeaseInfo and typed callers read (.token,
+# .owner); a Protocol in exceptions.py would narrow that type.
 KNOWN_ENGINE_CIRCLE = {
-    ("django_dynlock.engine.base", "django_dynlock.engine.client"),
-    ("django_dynlock.engine.table", "django_dynlock.engine.client"),
     ("django_dynlock.exceptions", "django_dynlock.engine.lease"),
 }
 

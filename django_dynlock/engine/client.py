@@ -4,8 +4,10 @@ Every write is one conditional UpdateItem that carries this acquisition's owner 
 so a retry after a lost reply recognises its own earlier success. See
 docs/protocol.md for the design and the reasoning behind each condition, and
 docs/architecture.md for where each part of the client lives: this module is its
-public face; the work is done by the layers it is built from (base.py, holding.py,
-acquiring.py, multikey.py, breaking.py), with the requests built in requests.py,
+public face, a facade over the collaborators it builds in each process (``_init_process_state``):
+``Events`` (events.py), ``Stamper`` (stamps.py), ``Keeper`` (holding.py), ``Undoer``
+(undoing.py), ``Acquirer`` (acquiring.py), ``GroupAcquirer`` (multikey.py), ``Breaker``
+(breaking.py) and ``Handovers`` (handover.py); the requests are built in requests.py,
 sent by store.py, and the waiting decided in waiting.py.
 """
 
@@ -16,24 +18,37 @@ import datetime as dt
 import functools
 import logging
 import os
+import socket
+import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..exceptions import DynLockError, InvalidArgument, LockNotAcquired
+from ..exceptions import ClientClosed, DynLockError, InvalidArgument, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from .base import live_clients
-from .clock import monotonic
+from .acquiring import Acquirer
+from .breaking import Breaker
+from .clock import ServerClock, monotonic
 from .election import STANDBY_POLL, Election
-from .events import Listener
-from .failures import describe_endpoint
-from .handover import Handover
+from .events import Events, Listener
+from .executors import Executors
+from .failures import describe_endpoint, safe_endpoint
+from .handover import Handover, Handovers
+from .heartbeat import Heartbeater
+from .holding import Keeper
 from .items import LeaseInfo
+from .keylocks import KeyLocks
 from .lease import Lease, LeaseGroup
-from .multikey import MAX_KEYS_PER_TRANSACTION, MultiKey
+from .multikey import MAX_KEYS_PER_TRANSACTION, GroupAcquirer
+from .options import ClientOptions, check_seconds
+from .stamps import Stamper
+from .store import Store
 from .table import TableStatus, create_table, describe_table
+from .undoing import Undoer
+from .waiting import WaitPolicy
 
 logger = logging.getLogger("django_dynlock")
 
@@ -41,14 +56,103 @@ __all__ = ["Handover", "Listener", "LockClient"]
 
 T = TypeVar("T")
 
+# Every client alive in this process, to reset after fork (see the end of this module).
+live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
 
-class LockClient(MultiKey):
+
+class LockClient:
     """Acquire, renew, release, list and break leases stored in one DynamoDB table.
 
     Thread-safe. One instance per process and table is enough: it owns the boto3
     client (built lazily, rebuilt after fork) and one heartbeat thread for all its
     leases.
     """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        boto_client: Any = None,
+        listeners: Iterable[Listener] = (),
+    ):
+        self.options = options
+        self._events = Events(self, listeners)
+        self._closed = False
+        # DynamoDB's clock as this client can bound it; see clock.py.
+        self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
+        self._store = Store(options, self.clock, boto_client=boto_client, check_open=self._check_open)
+        # Leases keep their keeper for life: it outlives a fork, and is given each process's state.
+        self._keeper = Keeper(options, self._events, check_open=self._check_open, is_closed=lambda: self._closed)
+        self._init_process_state()
+        live_clients.add(self)
+
+    def _init_process_state(self) -> None:
+        """The collaborators of this process: a forked child builds its own (see _after_fork)."""
+        self._pid = os.getpid()
+        self.client_id = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._keylocks = KeyLocks()
+        self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
+        self._store = self._store.fresh_copy(self.clock)  # and a parent's boto3 client is not the child's
+        self._stamper = Stamper(self.options, self.clock, self._store)  # a child reads the clock afresh
+        self._keeper.start_process(self._store, self.clock, self._stamper, self._keylocks)
+        self._waiting = WaitPolicy(self.options, self.clock)
+        # Thread pools for asyncio callers (a parent's threads do not exist in a child).
+        self._executors = Executors(f"dynlock-{self.options.alias}")
+        self._undoer = Undoer(self.options, self._store, self.clock, self._keeper, is_closed=lambda: self._closed)
+        parts: dict[str, Any] = {
+            "store": self._store,
+            "clock": self.clock,
+            "stamper": self._stamper,
+            "waiting": self._waiting,
+            "keylocks": self._keylocks,
+            "keeper": self._keeper,
+            "undoer": self._undoer,
+            "events": self._events,
+            "executors": self._executors,
+        }
+        self._acquirer = Acquirer(self.options, client=self, client_id=self.client_id, **parts)
+        self._group = GroupAcquirer(self.options, client=self, acquirer=self._acquirer, **parts)
+        self._breaker = Breaker(self.options, self._store, self.clock, self._keeper, self._events)
+        self._handovers = Handovers(
+            self.options,
+            client=self,
+            store=self._store,
+            clock=self.clock,
+            stamper=self._stamper,
+            keeper=self._keeper,
+            keylocks=self._keylocks,
+            busy_here=self._acquirer.busy_here,
+        )
+
+    def _after_fork(self) -> None:
+        # A child shares none of its parent's leases: the parent keeps renewing them,
+        # and the child must neither renew nor release them. Only the forking thread
+        # exists in the child: a lock another thread held at fork stays held for ever,
+        # so the child's copies get fresh ones before anything takes them.
+        self._keeper.after_fork()
+        self._init_process_state()
+
+    @property
+    def _heartbeater(self) -> Heartbeater:
+        """The keeper's heartbeat (tests stop it to play a process paused past its lease)."""
+        return self._keeper.heartbeater
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"{self!r} is closed: get a new one with get_lock_client()")
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def _info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+        return self._keeper.info(item)
+
+    def _lease_seconds(self, lease: float | None) -> float:
+        value = self.options.lease_duration if lease is None else lease
+        return check_seconds("lease", value)  # type: ignore[return-value]
+
+    def _wait_seconds(self, wait: float | None) -> float:
+        value = self.options.wait_timeout if wait is None else wait
+        return check_seconds("wait", value, allow_zero=True)  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"<LockClient alias={self.options.alias!r} table={self.options.table_name!r}>"
@@ -109,7 +213,9 @@ class LockClient(MultiKey):
         self._check_open()
         stored = self.options.prefixed(key)
         it.holder_map(holder)  # refused before any request if too large
-        return self._acquire(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False)
+        return self._acquirer.acquire(
+            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
+        )
 
     async def acquire_async(
         self,
@@ -124,7 +230,9 @@ class LockClient(MultiKey):
         self._check_open()
         stored = self.options.prefixed(key)
         it.holder_map(holder)
-        return await self._acquire_async(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return await self._acquirer.acquire_async(
+            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder
+        )
 
     async def run_for_holder(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function(*args)`` (a release, say) on the holders' thread pool, which
@@ -155,7 +263,7 @@ class LockClient(MultiKey):
         stored = self.options.prefixed(key)
         it.holder_map(holder)  # refused before any request if too large
         try:
-            return self._acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
+            return self._acquirer.acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
         except LockNotAcquired:
             return None
 
@@ -173,7 +281,7 @@ class LockClient(MultiKey):
         LockNotAcquired (``key`` names a busy one) if they are not all free within ``wait``.
         """
         by_stored = self._many_keys("acquire_many", keys, holder)
-        return self._acquire_all(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return self._group.acquire(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
 
     async def acquire_many_async(
         self,
@@ -186,7 +294,7 @@ class LockClient(MultiKey):
         """``acquire_many()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no
         thread while it does; each request runs on this client's own bounded thread pool."""
         by_stored = self._many_keys("acquire_many_async", keys, holder)
-        return await self._acquire_all_async(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return await self._group.acquire_async(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
 
     def _many_keys(self, method: str, keys: Iterable[str], holder: Mapping[str, Any] | None) -> dict[str, str]:
         """The checked keys of an acquire_many call, by their stored keys."""
@@ -340,7 +448,7 @@ class LockClient(MultiKey):
         self._check_open()
         try:
             return create_table(
-                self,
+                self._store,
                 wait=wait,
                 billing_mode=billing_mode,
                 read_capacity=read_capacity,
@@ -354,7 +462,7 @@ class LockClient(MultiKey):
         """The lock table's state (raises TableNotFound when missing)."""
         self._check_open()
         try:
-            return describe_table(self)
+            return describe_table(self._store)
         except (ClientError, BotoCoreError) as exc:
             raise self._store.translate(exc, "describe the lock table") from exc
 

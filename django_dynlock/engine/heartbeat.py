@@ -176,7 +176,7 @@ class Alarms(_Timeline[Callable[[], None]]):
 
 
 class Retries(_Timeline[Callable[[], "float | None"]]):
-    """Tasks tried again until they are done (Undoing._undo_later). Not on the heartbeat
+    """Tasks tried again until they are done (Undoer._undo_later). Not on the heartbeat
     thread: a try that hangs until its request times out, in an outage, must not hold up
     the renewals of the leases held."""
 

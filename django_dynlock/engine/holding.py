@@ -331,7 +331,7 @@ class Keeper:
 
         ``quiet`` (a retry in the background): never raises, and stops once the item
         shows the key is no longer ours. ``attempts``: tries of each request (the call's
-        default if None; one where an acquire gives its keys back, see Undoing._undo).
+        default if None; one where an acquire gives its keys back, see Undoer.undo).
         """
         try:
             self.store.call(

@@ -36,7 +36,8 @@ from unittest import mock
 
 from botocore.exceptions import ClientError
 
-from django_dynlock.engine import acquiring, base, breaking, holding, multikey, stamps, steps, store, waiting
+from django_dynlock.engine import acquiring, breaking, holding, multikey, stamps, steps, store, waiting
+from django_dynlock.engine import client as client_module
 from django_dynlock.engine import clock as clock_module
 from django_dynlock.engine import heartbeat as heartbeat_module
 from django_dynlock.engine import lease as lease_module
@@ -57,7 +58,7 @@ EPSILON = 1e-6
 _tables = itertools.count(1)
 
 # The modules the lock client is built from: their clocks, ids and jitter are the world's.
-CLIENT_MODULES = (base, stamps, holding, acquiring, multikey, breaking, steps, store, waiting)
+CLIENT_MODULES = (client_module, stamps, holding, acquiring, multikey, breaking, steps, store, waiting)
 
 
 class Violation(AssertionError):
