@@ -505,7 +505,7 @@ def test_a_fork_while_another_thread_holds_a_leases_lock_does_not_hang_the_child
     taken, done = threading.Event(), threading.Event()
 
     def hold_the_leases_lock():
-        with lease._lock, lease.upkeep.renew_lock:  # what a renewal or a state change in flight holds
+        with lease.upkeep.lock, lease.upkeep.renew_lock:  # what a renewal or a state change in flight holds
             taken.set()
             done.wait(10)
 

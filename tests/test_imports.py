@@ -24,16 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "django_dynlock"
 
-# The one type-only import that ties 6 modules (exceptions.py among them) into a circle;
-# named, so that any other circle fails. Remove it here when it goes. The engine's own
-# edges (base -> client, lease -> client, lease -> handover, table -> client) went as the
-# client became a facade over collaborators (issue 36). exceptions -> engine.lease is no
-# one-line change: LockNotAcquired.holder is a LeaseInfo (docs/api.md), which
-# singleton.py hands to the formatting of a LeaseInfo and typed callers read (.token,
-# .owner); a Protocol in exceptions.py would narrow that type.
-KNOWN_ENGINE_CIRCLE = {
-    ("django_dynlock.exceptions", "django_dynlock.engine.lease"),
-}
+# The engine's type-only imports tolerated in a circle: none is left (issue 36), so any
+# circle fails. An import named here is one the design has not yet removed.
+KNOWN_ENGINE_CIRCLE: set[tuple[str, str]] = set()
 
 Edge = tuple[str, str]
 

@@ -27,7 +27,6 @@ from typing import Any, TypeVar
 from botocore.exceptions import BotoCoreError, ClientError
 
 from ..exceptions import ClientClosed, DynLockError, InvalidArgument, LockNotAcquired
-from . import items as it
 from . import requests as rq
 from .acquiring import Acquirer
 from .breaking import Breaker
@@ -56,8 +55,9 @@ __all__ = ["Handover", "Listener", "LockClient"]
 
 T = TypeVar("T")
 
-# Every client alive in this process, to reset after fork (see the end of this module).
-live_clients: weakref.WeakSet[LockClient] = weakref.WeakSet()
+# What resets each client alive in this process after fork (see the end of this module):
+# a weak reference to the client's own method, which goes with the client.
+_fork_resets: set[weakref.WeakMethod[Callable[[], None]]] = set()
 
 
 class LockClient:
@@ -84,7 +84,7 @@ class LockClient:
         # Leases keep their keeper for life: it outlives a fork, and is given each process's state.
         self._keeper = Keeper(options, self._events, check_open=self._check_open, is_closed=lambda: self._closed)
         self._init_process_state()
-        live_clients.add(self)
+        _fork_resets.add(weakref.WeakMethod(self._reset_in_child, _fork_resets.discard))
 
     def _init_process_state(self) -> None:
         """The collaborators of this process: a forked child builds its own (see _after_fork)."""
@@ -131,6 +131,10 @@ class LockClient:
         # so the child's copies get fresh ones before anything takes them.
         self._keeper.after_fork()
         self._init_process_state()
+
+    def _reset_in_child(self) -> None:
+        if not self._closed:
+            self._after_fork()
 
     @property
     def _heartbeater(self) -> Heartbeater:
@@ -212,7 +216,7 @@ class LockClient:
         """
         self._check_open()
         stored = self.options.prefixed(key)
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         return self._acquirer.acquire(
             key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
         )
@@ -229,7 +233,7 @@ class LockClient:
         while it does; each request runs on this client's own bounded thread pool."""
         self._check_open()
         stored = self.options.prefixed(key)
-        it.holder_map(holder)
+        rq.holder_map(holder)
         return await self._acquirer.acquire_async(
             key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder
         )
@@ -261,7 +265,7 @@ class LockClient:
             raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
         self._check_open()
         stored = self.options.prefixed(key)
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         try:
             return self._acquirer.acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
         except LockNotAcquired:
@@ -302,7 +306,7 @@ class LockClient:
         if isinstance(keys, str):
             raise InvalidArgument(f"{method}() takes a list of keys, not one string; use acquire(key)")
         by_stored = {self.options.prefixed(key): key for key in keys}
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         if not by_stored:
             raise InvalidArgument(f"{method}() needs at least one key")
         if len(by_stored) > MAX_KEYS_PER_TRANSACTION:
@@ -351,7 +355,7 @@ class LockClient:
         :param poll: seconds between a standby's reads of the leader's key.
         """
         self._check_open()
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         if lease is not None:
             self._lease_seconds(lease)  # refused here, not at the first campaign
         return Election(self, name, lease=lease, holder=holder, poll=poll)
@@ -494,9 +498,10 @@ class LockClient:
 
 
 def _after_fork_in_child() -> None:
-    for client in list(live_clients):
-        if not client._closed:
-            client._after_fork()
+    for ref in list(_fork_resets):
+        reset = ref()
+        if reset is not None:
+            reset()
 
 
 if hasattr(os, "register_at_fork"):

@@ -156,11 +156,7 @@ class Lease(_ReleasedOnExit):
         #: The holder metadata stored with the lease (a dict of strings).
         self.holder = dict(holder or {})
         self.acquired_monotonic = sent_at
-        self._lock = threading.Lock()
-        self._state = LeaseState.HELD
-        self._lost: LockLost | None = None
         self.lease_seconds = lease_seconds
-        self._valid_until = 0.0
         #: The lock client's side of this lease (not for holders): see :class:`Upkeep`.
         self.upkeep = Upkeep(self, seq)
         self.upkeep.renewed(sent_at, lease_seconds, ends_at)
@@ -174,14 +170,16 @@ class Lease(_ReleasedOnExit):
     @property
     def valid_until(self) -> float:
         """The monotonic time (``monotonic()``) at which this holder must stop."""
-        return self._valid_until
+        return self.upkeep.valid_until
 
     @property
     def state(self) -> LeaseState:
         """:class:`LeaseState` now: ``LOST`` as soon as the validity has run out, renewal or not."""
-        if self._state in (LeaseState.HELD, LeaseState.AT_RISK) and monotonic() >= self._valid_until:
+        upkeep = self.upkeep
+        state = upkeep.state
+        if state in (LeaseState.HELD, LeaseState.AT_RISK) and monotonic() >= upkeep.valid_until:
             return LeaseState.LOST
-        return self._state
+        return state
 
     @property
     def is_held(self) -> bool:
@@ -192,7 +190,7 @@ class Lease(_ReleasedOnExit):
         """Seconds this holder may still act (0.0 once lost or released)."""
         if not self.is_held:
             return 0.0
-        return max(0.0, self._valid_until - monotonic())
+        return max(0.0, self.upkeep.valid_until - monotonic())
 
     def raise_if_lost(self) -> None:
         """Raise :class:`LockLost` unless this holder may still act. Call it before a side effect."""
@@ -201,11 +199,11 @@ class Lease(_ReleasedOnExit):
             return
         if state is LeaseState.RELEASED:
             raise LockLost(self.key, self.token, "released", "the lease was released")
-        raise self._lost or LockLost(self.key, self.token, "expired", "no successful renewal within the lease")
+        raise self.upkeep.lost or LockLost(self.key, self.token, "expired", "no successful renewal within the lease")
 
     @property
     def needs_renewal(self) -> bool:
-        return self._state in (LeaseState.HELD, LeaseState.AT_RISK)
+        return self.upkeep.state in (LeaseState.HELD, LeaseState.AT_RISK)
 
     @property
     def needs_heartbeat(self) -> bool:
@@ -218,7 +216,8 @@ class Lease(_ReleasedOnExit):
         ``"closed"``, ``"fork"``), or None while it is not lost."""
         if self.state is not LeaseState.LOST:
             return None
-        return self._lost.reason if self._lost else "expired"
+        lost = self.upkeep.lost
+        return lost.reason if lost else "expired"
 
     # -- network operations ------------------------------------------------------
     def extend(self, lease: float | None = None) -> None:
@@ -302,16 +301,21 @@ class Upkeep:
         self.watched_end: float | None = None
         # How many looks at the key (writes, reads, transactions) its acquisition took: DEBUG's line.
         self.looks = 0
+        # The state as last set, and until when (monotonic) the holder may act, under this lock.
+        self.lock = threading.Lock()
+        self._state = LeaseState.HELD
+        self._lost: LockLost | None = None
+        self.valid_until = 0.0
 
     @property
     def state(self) -> LeaseState:
         """The state as last set, before the clock is consulted (``Lease.state`` does that)."""
-        return self.lease._state
+        return self._state
 
     @property
     def lost(self) -> LockLost | None:
         """Why the lease was lost, as the error its holder gets."""
-        return self.lease._lost
+        return self._lost
 
     def renewed(self, sent_at: float, lease_seconds: float, ends_at: float | None = None) -> bool:
         """Record a successful write sent at ``sent_at``; True if the lease was at risk.
@@ -320,44 +324,40 @@ class Upkeep:
         the write stored and what we know of DynamoDB's clock; without it, a lease
         after the send.
         """
-        lease = self.lease
-        margin = lease_seconds * lease._client.options.safety_margin
+        margin = lease_seconds * self.lease.client.options.safety_margin
         end = sent_at + lease_seconds if ends_at is None else min(ends_at, sent_at + lease_seconds)
-        with lease._lock:
-            lease.lease_seconds = lease_seconds
+        with self.lock:
+            self.lease.lease_seconds = lease_seconds
             # Not max(): a shorter extend() shortens what waiters will wait for too.
-            lease._valid_until = end - margin
-            if lease._state is LeaseState.AT_RISK:
-                lease._state = LeaseState.HELD
+            self.valid_until = end - margin
+            if self._state is LeaseState.AT_RISK:
+                self._state = LeaseState.HELD
                 return True
         return False
 
     def mark_at_risk(self) -> bool:
-        lease = self.lease
-        with lease._lock:
-            if lease._state is LeaseState.HELD:
-                lease._state = LeaseState.AT_RISK
+        with self.lock:
+            if self._state is LeaseState.HELD:
+                self._state = LeaseState.AT_RISK
                 return True
         return False
 
     def mark_lost(self, reason: str, detail: str = "") -> bool:
         """Lost from now on; False if it had ended already (lost or released)."""
-        lease = self.lease
-        with lease._lock:
-            if lease._state in (LeaseState.LOST, LeaseState.RELEASED):
+        with self.lock:
+            if self._state in (LeaseState.LOST, LeaseState.RELEASED):
                 return False
-            lease._state = LeaseState.LOST
-            lease._lost = LockLost(lease.key, lease.token, reason, detail)
+            self._state = LeaseState.LOST
+            self._lost = LockLost(self.lease.key, self.lease.token, reason, detail)
         return True
 
     def mark_released(self) -> None:
-        lease = self.lease
-        with lease._lock:
-            lease._state = LeaseState.RELEASED
+        with self.lock:
+            self._state = LeaseState.RELEASED
 
     def after_fork(self) -> None:
         """In a forked child: new locks (a thread of the parent may have held the old ones at fork)."""
-        self.lease._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.renew_lock = threading.Lock()
 
 
