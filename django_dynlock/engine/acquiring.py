@@ -84,11 +84,6 @@ def _local_holder(lease: Lease | None) -> LeaseInfo | None:
     )
 
 
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
-
-
 class Acquirer:
     """Acquire one key, waiting as the wait policy says.
 
@@ -178,17 +173,16 @@ class Acquirer:
         lease_seconds: float,
         holder: Mapping[str, Any] | None,
     ) -> Lease:
-        """``_acquire`` for asyncio: the same steps, driven by ``steps.run_async``.
+        """``acquire`` for asyncio: the same steps, driven by ``steps.run_async``.
 
-        The in-process gate is not waited on with a blocked thread per coroutine (what
-        this path exists to avoid): a coroutine that finds it taken sleeps until the
-        gate is left, or its wait is over.
+        The in-process gate is waited on with ``KeyLocks.enter_async``: no thread is held.
         """
         started = monotonic()
         give_up_at = started + wait
         loop = asyncio.get_running_loop()
         try:
-            await self.enter_gate_async(key, stored, started, give_up_at)
+            if not await self.keylocks.enter_async(stored, give_up_at):
+                raise self.busy_here(key, stored, started)  # another coroutine or thread of this process has it
             try:
                 if not self.store.built:  # built on a pool thread: it reads files, resolves credentials
                     await loop.run_in_executor(self.executors.waiting, lambda: self.store.boto)
@@ -217,30 +211,6 @@ class Acquirer:
             raise
         self.keeper.start(lease, waited=monotonic() - started)
         return lease
-
-    async def enter_gate_async(
-        self, key: str, stored: str, started: float, give_up_at: float, keys: tuple[str, ...] | None = None
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while not self.keylocks.enter(stored, 0):
-            now = monotonic()
-            if now >= give_up_at:
-                raise self.busy_here(key, stored, started, keys)
-            left: asyncio.Future[None] = loop.create_future()
-
-            def on_leave(left: asyncio.Future[None] = left) -> None:
-                try:
-                    loop.call_soon_threadsafe(_settle, left)
-                except RuntimeError:  # the loop has closed: nobody waits any more
-                    pass
-
-            unwatch = self.keylocks.watch(stored, on_leave)
-            try:
-                if self.keylocks.enter(stored, 0):  # left between our look and the watch
-                    return
-                await asyncio.wait([left], timeout=give_up_at - now)
-            finally:
-                unwatch()
 
     def _acquire_remote(
         self,

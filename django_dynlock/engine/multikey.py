@@ -150,7 +150,7 @@ class GroupAcquirer:
         self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
     ) -> LeaseGroup:
         """``acquire`` for asyncio: the same steps, driven by ``steps.run_async``; the
-        in-process gates are waited on without a thread (``Acquirer.enter_gate_async``)."""
+        in-process gates are waited on without a thread (``KeyLocks.enter_async``)."""
         started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)
@@ -158,9 +158,8 @@ class GroupAcquirer:
         entered: list[str] = []
         try:
             for stored in ordered:
-                await self.acquirer.enter_gate_async(
-                    by_stored[stored], stored, started, terms.give_up_at, tuple(by_stored.values())
-                )
+                if not await self.keylocks.enter_async(stored, terms.give_up_at):
+                    raise self.acquirer.busy_here(by_stored[stored], stored, started, tuple(by_stored.values()))
                 entered.append(stored)
             if not self.store.built:  # built on a pool thread: it reads files, resolves credentials
                 await loop.run_in_executor(self.executors.waiting, lambda: self.store.boto)
