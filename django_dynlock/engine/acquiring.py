@@ -6,7 +6,6 @@ policy (waiting.py); the requests themselves are built in requests.py.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
@@ -22,7 +21,6 @@ from botocore.exceptions import ClientError
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from . import steps
 from .clock import ServerClock, monotonic
 from .events import Events
 from .executors import Executors
@@ -33,7 +31,7 @@ from .keylocks import KeyLocks
 from .lease import Lease, LeaseClient
 from .options import ClientOptions
 from .stamps import Stamper
-from .steps import Send, Sleep, Steps
+from .steps import Enter, OnCancel, Prepare, Send, Sleep, Steps
 from .store import Store
 from .text import printable
 from .undoing import Undo, Undoer
@@ -57,6 +55,11 @@ class Terms:
     give_up_at: float
     lease_seconds: float
     holder: Mapping[str, Any] | None
+
+
+def _may_land(attempt: Attempt) -> None:
+    """A coroutine cancelled with a request in flight: a write of this attempt may land."""
+    attempt.ambiguous = True
 
 
 def _token_after(before: Mapping[str, Any], params: Mapping[str, Any]) -> int:
@@ -140,7 +143,7 @@ class Acquirer:
             keys=keys,
         )
 
-    def acquire(
+    def acquisition(
         self,
         key: str,
         stored: str,
@@ -149,59 +152,29 @@ class Acquirer:
         holder: Mapping[str, Any] | None,
         *,
         single: bool,
-    ) -> Lease:
+    ) -> Steps[Lease]:
+        """One acquire of ``key``, its in-process gate and its undo included, as steps:
+        ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
+        terms = Terms(started + wait, lease_seconds, holder)
         try:
-            if not self.keylocks.enter(stored, wait):
-                raise self.busy_here(key, stored, started)  # another thread of this process has it
+            if not (yield Enter(stored, terms.give_up_at)):
+                raise self.busy_here(key, stored, started)  # another thread or coroutine of this process has it
             try:
-                lease = self._acquire_remote(key, stored, Terms(started + wait, lease_seconds, holder), single=single)
-            except BaseException:
-                self.keylocks.leave(stored)
-                raise
-        except LockNotAcquired as busy:
-            self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
-            raise
-        self.keeper.start(lease, waited=monotonic() - started)
-        return lease
-
-    async def acquire_async(
-        self,
-        key: str,
-        stored: str,
-        wait: float,
-        lease_seconds: float,
-        holder: Mapping[str, Any] | None,
-    ) -> Lease:
-        """``acquire`` for asyncio: the same steps, driven by ``steps.run_async``.
-
-        The in-process gate is waited on with ``KeyLocks.enter_async``: no thread is held.
-        """
-        started = monotonic()
-        give_up_at = started + wait
-        loop = asyncio.get_running_loop()
-        try:
-            if not await self.keylocks.enter_async(stored, give_up_at):
-                raise self.busy_here(key, stored, started)  # another coroutine or thread of this process has it
-            try:
-                if not self.store.built:  # built on a pool thread: it reads files, resolves credentials
-                    await loop.run_in_executor(self.executors.waiting, lambda: self.store.boto)
+                if not self.store.built:
+                    yield Prepare(lambda: self.store.boto)
                 attempt = Attempt(owner=self.new_owner())
-                terms = Terms(give_up_at, lease_seconds, holder)
-
-                def interrupted() -> None:
-                    attempt.ambiguous = True  # cancelled with a write in flight: it may land
-
+                yield OnCancel(functools.partial(_may_land, attempt))
                 try:
-                    lease = await steps.run_async(
-                        self.acquire_steps(key, stored, terms, attempt, single=False),
-                        self.executors.waiting,
-                        interrupted=interrupted,
-                    )
+                    lease = yield from self.acquire_steps(key, stored, terms, attempt, single=single)
                     self.waiting.remember(stored, None)
+                except GeneratorExit:
+                    raise
                 except BaseException:
-                    undo = loop.run_in_executor(self.executors.holding, self.abandon, stored, attempt)
-                    await asyncio.shield(undo)
+                    # However we leave (busy, an error, SystemExit, a task's time limit, a
+                    # cancelled coroutine): undo an attempt that may have landed unseen,
+                    # and give up our reserved turn.
+                    yield Send(functools.partial(self.abandon, stored, attempt), holding=True)
                     raise
             except BaseException:
                 self.keylocks.leave(stored)
@@ -210,25 +183,6 @@ class Acquirer:
             self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
         self.keeper.start(lease, waited=monotonic() - started)
-        return lease
-
-    def _acquire_remote(
-        self,
-        key: str,
-        stored: str,
-        terms: Terms,
-        *,
-        single: bool,
-    ) -> Lease:
-        attempt = Attempt(owner=self.new_owner())
-        try:
-            lease = steps.run(self.acquire_steps(key, stored, terms, attempt, single=single))
-            self.waiting.remember(stored, None)
-        except BaseException:
-            # However we leave (busy, an error, SystemExit, a task's time limit): undo an
-            # attempt that may have landed unseen, and give up our reserved turn.
-            self.abandon(stored, attempt)
-            raise
         return lease
 
     def acquire_steps(

@@ -44,6 +44,7 @@ from .lease import Lease, LeaseGroup
 from .multikey import MAX_KEYS_PER_TRANSACTION, GroupAcquirer
 from .options import ClientOptions, check_seconds
 from .stamps import Stamper
+from .steps import run, run_async
 from .store import Store
 from .table import TableStatus, create_table, describe_table
 from .undoing import Undoer
@@ -217,9 +218,10 @@ class LockClient:
         self._check_open()
         stored = self.options.prefixed(key)
         rq.holder_map(holder)  # refused before any request if too large
-        return self._acquirer.acquire(
+        steps = self._acquirer.acquisition(
             key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
         )
+        return run(steps, self._keylocks)
 
     async def acquire_async(
         self,
@@ -234,9 +236,10 @@ class LockClient:
         self._check_open()
         stored = self.options.prefixed(key)
         rq.holder_map(holder)
-        return await self._acquirer.acquire_async(
-            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder
+        steps = self._acquirer.acquisition(
+            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
         )
+        return await run_async(steps, self._executors, self._keylocks)
 
     async def run_for_holder(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function(*args)`` (a release, say) on the holders' thread pool, which
@@ -267,7 +270,10 @@ class LockClient:
         stored = self.options.prefixed(key)
         rq.holder_map(holder)  # refused before any request if too large
         try:
-            return self._acquirer.acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
+            return run(
+                self._acquirer.acquisition(key, stored, 0.0, self._lease_seconds(lease), holder, single=True),
+                self._keylocks,
+            )
         except LockNotAcquired:
             return None
 
@@ -285,7 +291,8 @@ class LockClient:
         LockNotAcquired (``key`` names a busy one) if they are not all free within ``wait``.
         """
         by_stored = self._many_keys("acquire_many", keys, holder)
-        return self._group.acquire(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        steps = self._group.acquisition(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return run(steps, self._keylocks)
 
     async def acquire_many_async(
         self,
@@ -298,7 +305,8 @@ class LockClient:
         """``acquire_many()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no
         thread while it does; each request runs on this client's own bounded thread pool."""
         by_stored = self._many_keys("acquire_many_async", keys, holder)
-        return await self._group.acquire_async(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        steps = self._group.acquisition(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return await run_async(steps, self._executors, self._keylocks)
 
     def _many_keys(self, method: str, keys: Iterable[str], holder: Mapping[str, Any] | None) -> dict[str, str]:
         """The checked keys of an acquire_many call, by their stored keys."""

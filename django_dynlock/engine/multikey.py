@@ -8,7 +8,6 @@ a coroutine.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import Mapping
@@ -20,7 +19,6 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from . import steps
 from .acquiring import Acquirer, Terms
 from .clock import ServerClock, monotonic
 from .events import Events
@@ -31,7 +29,7 @@ from .keylocks import KeyLocks
 from .lease import Lease, LeaseClient, LeaseGroup
 from .options import ClientOptions
 from .stamps import Stamper
-from .steps import Send, Sleep, Steps
+from .steps import Enter, OnCancel, Prepare, Send, Sleep, Steps
 from .store import Store, backoff
 from .undoing import Undo, Undoer
 from .waiting import Attempt, WaitPolicy, Watch
@@ -122,56 +120,31 @@ class GroupAcquirer:
         self.events = events
         self.executors = executors
 
-    def acquire(
+    def acquisition(
         self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
-    ) -> LeaseGroup:
-        """acquire_many() after its arguments were checked: ``by_stored`` maps stored keys to keys."""
+    ) -> Steps[LeaseGroup]:
+        """acquire_many() after its arguments were checked (``by_stored`` maps stored keys
+        to keys), its in-process gates and its undo included, as steps: ``steps.run``
+        drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
         entered: list[str] = []
         try:
             for stored in ordered:
-                if not self.keylocks.enter(stored, max(0.0, terms.give_up_at - monotonic())):
+                if not (yield Enter(stored, terms.give_up_at)):
                     raise self.acquirer.busy_here(by_stored[stored], stored, started, tuple(by_stored.values()))
                 entered.append(stored)
+            if not self.store.built:
+                yield Prepare(lambda: self.store.boto)
             progress = Progress()
+            yield OnCancel(progress.interrupted)
             try:
-                leases = steps.run(self._acquire_all_steps(by_stored, ordered, terms, progress))
-            except BaseException:
-                self._undo_all(progress)
+                leases = yield from self._acquire_all_steps(by_stored, ordered, terms, progress)
+            except GeneratorExit:
                 raise
-        except BaseException as error:
-            self._leave_all(entered, error)
-            raise
-        return self._held_group(leases, started)
-
-    async def acquire_async(
-        self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
-    ) -> LeaseGroup:
-        """``acquire`` for asyncio: the same steps, driven by ``steps.run_async``; the
-        in-process gates are waited on without a thread (``KeyLocks.enter_async``)."""
-        started = monotonic()
-        terms = Terms(started + wait_s, lease_s, holder)
-        ordered = sorted(by_stored)
-        loop = asyncio.get_running_loop()
-        entered: list[str] = []
-        try:
-            for stored in ordered:
-                if not await self.keylocks.enter_async(stored, terms.give_up_at):
-                    raise self.acquirer.busy_here(by_stored[stored], stored, started, tuple(by_stored.values()))
-                entered.append(stored)
-            if not self.store.built:  # built on a pool thread: it reads files, resolves credentials
-                await loop.run_in_executor(self.executors.waiting, lambda: self.store.boto)
-            progress = Progress()
-            try:
-                leases = await steps.run_async(
-                    self._acquire_all_steps(by_stored, ordered, terms, progress),
-                    self.executors.waiting,
-                    interrupted=progress.interrupted,
-                )
             except BaseException:
-                await asyncio.shield(loop.run_in_executor(self.executors.holding, self._undo_all, progress))
+                yield Send(functools.partial(self._undo_all, progress), holding=True)
                 raise
         except BaseException as error:
             self._leave_all(entered, error)
