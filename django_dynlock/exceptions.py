@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from .engine.lease import LeaseInfo
+    from .engine.items import LeaseInfo
 
 
 class DynLockError(Exception):

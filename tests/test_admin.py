@@ -26,6 +26,7 @@ from django.utils.timezone import localtime
 from django_dynlock import dynamo_lock, get_lock_client
 from django_dynlock.admin import LeaseAdmin, decode_cursor, encode_cursor
 from django_dynlock.engine import items as it
+from django_dynlock.engine import requests as rq
 from django_dynlock.models import Lease
 from django_dynlock.signals import lock_broken
 from localdynamo.servers import DUMMY_REGION, dummy_client, table_name
@@ -127,7 +128,7 @@ def put_leases(client, keys, *, holder=None, expires_in=60.0, held=True) -> None
             it.HOST: {"S": "worker-7"},
             it.PID: {"N": "4242"},
             it.THREAD: {"S": "MainThread"},
-            it.HOLDER: it.holder_map(holder or {"function": "tasks.export"}),
+            it.HOLDER: rq.holder_map(holder or {"function": "tasks.export"}),
             client.options.ttl_attribute: {"N": str(int(now) + 3600)},
         }
         if held:

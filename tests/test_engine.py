@@ -505,7 +505,7 @@ def test_a_fork_while_another_thread_holds_a_leases_lock_does_not_hang_the_child
     taken, done = threading.Event(), threading.Event()
 
     def hold_the_leases_lock():
-        with lease._lock, lease.upkeep.renew_lock:  # what a renewal or a state change in flight holds
+        with lease.upkeep.lock, lease.upkeep.renew_lock:  # what a renewal or a state change in flight holds
             taken.set()
             done.wait(10)
 
@@ -559,9 +559,10 @@ def test_release_after_a_break_and_another_holder_raises_lost(mock_dynlock, monk
     # written out here, and the old reading of the item is run too, to show the test fails
     # without the fix.
     from django_dynlock.engine.client import LockClient
+    from django_dynlock.engine.holding import Keeper
 
     if reverted:
-        monkeypatch.setattr(LockClient, "_released_by_us", staticmethod(_guess_from_the_fence))
+        monkeypatch.setattr(Keeper, "_released_by_us", staticmethod(_guess_from_the_fence))
     operator, other = LockClient(mock_dynlock.options), LockClient(mock_dynlock.options)
     try:
         lease = mock_dynlock.acquire("finding-3")

@@ -24,20 +24,9 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = "django_dynlock"
 
-# The engine's type-only imports that tie 19 of its modules (exceptions.py among them)
-# into one circle. The engine is being reshaped into collaborators that are handed what
-# they need, and that refactor removes these edges; until then they are known, each
-# named, so that any other circle fails. Remove an edge here when its import goes.
-# exceptions -> engine.lease is no one-line change either: LockNotAcquired.holder is a
-# LeaseInfo (docs/api.md), which singleton.py hands to the formatting of a LeaseInfo and
-# typed callers read (.token, .owner); a Protocol in exceptions.py would narrow that type.
-KNOWN_ENGINE_CIRCLE = {
-    ("django_dynlock.engine.base", "django_dynlock.engine.client"),
-    ("django_dynlock.engine.lease", "django_dynlock.engine.client"),
-    ("django_dynlock.engine.lease", "django_dynlock.engine.handover"),
-    ("django_dynlock.engine.table", "django_dynlock.engine.client"),
-    ("django_dynlock.exceptions", "django_dynlock.engine.lease"),
-}
+# The engine's type-only imports tolerated in a circle: none is left (issue 36), so any
+# circle fails. An import named here is one the design has not yet removed.
+KNOWN_ENGINE_CIRCLE: set[tuple[str, str]] = set()
 
 Edge = tuple[str, str]
 

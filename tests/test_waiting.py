@@ -191,7 +191,7 @@ def test_a_waiter_that_leaves_for_any_reason_gives_its_reserved_turn_back(dynloc
         target=_swap_holders, args=(dynlock.server, dynlock.options.table_name, "hot", ready, stop, refused)
     )
     reserved = threading.Event()
-    original = waiter._reserve
+    original = waiter._acquirer.reserve
 
     def reserve_then_exit(*args):
         if original(*args):
@@ -199,7 +199,7 @@ def test_a_waiter_that_leaves_for_any_reason_gives_its_reserved_turn_back(dynloc
             raise SystemExit("the worker is shutting down")  # right after the reservation landed
         return False
 
-    waiter._reserve = reserve_then_exit
+    waiter._acquirer.reserve = reserve_then_exit
     thread.start()
     try:
         assert ready.wait(10)
@@ -222,11 +222,11 @@ def test_a_reservation_only_lands_under_the_holder_it_was_made_for(dynlock):
     boto = dummy_client(dynlock.server.endpoint_url)
     table, key = dynlock.options.table_name, {"key": {"S": "turn"}}
     boto.put_item(TableName=table, Item={**key, "owner": {"S": "later-holder"}, "rvn": {"S": "r1"}})
-    assert not dynlock._reserve("turn", "waiter", "earlier-holder")
+    assert not dynlock._acquirer.reserve("turn", "waiter", "earlier-holder")
     assert "reserved_by" not in boto.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]
-    assert dynlock._reserve("turn", "waiter", "later-holder")
+    assert dynlock._acquirer.reserve("turn", "waiter", "later-holder")
     assert boto.get_item(TableName=table, Key=key, ConsistentRead=True)["Item"]["reserved_by"]["S"] == "waiter"
-    assert not dynlock._reserve("turn", "other-waiter", "later-holder")  # one reservation at a time
+    assert not dynlock._acquirer.reserve("turn", "other-waiter", "later-holder")  # one reservation at a time
 
 
 def test_the_pauses_after_1100_polls(mock_dynlock):

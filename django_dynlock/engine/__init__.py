@@ -5,9 +5,8 @@ The Django layers (settings, checks, decorator, commands, admin) sit on top of i
 
 from .client import LockClient
 from .election import Election, Observation
-from .handover import Handover
 from .items import LeaseInfo
-from .lease import Lease, LeaseGroup, LeaseState
+from .lease import Handover, Lease, LeaseGroup, LeaseState
 from .options import ClientOptions
 from .table import TableStatus
 

@@ -6,7 +6,6 @@ policy (waiting.py); the requests themselves are built in requests.py.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import logging
 import os
@@ -22,14 +21,21 @@ from botocore.exceptions import ClientError
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from . import steps
-from .clock import monotonic
+from .clock import ServerClock, monotonic
+from .events import Events
+from .executors import Executors
 from .failures import is_throttling
-from .lease import Lease
-from .steps import Send, Sleep, Steps
+from .holding import Keeper
+from .items import LeaseInfo
+from .keylocks import KeyLocks
+from .lease import Lease, LeaseClient
+from .options import ClientOptions
+from .stamps import Stamper
+from .steps import Enter, OnCancel, Prepare, Send, Sleep, Steps
+from .store import Store
 from .text import printable
-from .undoing import Undo, Undoing
-from .waiting import Attempt, Watch
+from .undoing import Undo, Undoer
+from .waiting import Attempt, WaitPolicy, Watch
 
 logger = logging.getLogger("django_dynlock")
 
@@ -51,6 +57,11 @@ class Terms:
     holder: Mapping[str, Any] | None
 
 
+def _may_land(attempt: Attempt) -> None:
+    """A coroutine cancelled with a request in flight: a write of this attempt may land."""
+    attempt.ambiguous = True
+
+
 def _token_after(before: Mapping[str, Any], params: Mapping[str, Any]) -> int:
     """The fencing token an applied acquire write gave, from the item as it was: its
     fence plus one, or the write's base plus one on an item without one (see requests.acquire)."""
@@ -58,15 +69,81 @@ def _token_after(before: Mapping[str, Any], params: Mapping[str, Any]) -> int:
     return int(fence) + 1
 
 
-def _settle(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
+def _local_holder(lease: Lease | None) -> LeaseInfo | None:
+    if lease is None:
+        return None
+    return LeaseInfo(
+        key=lease.key,
+        stored_key=lease.stored_key,
+        token=lease.token,
+        owner=lease.owner,
+        rvn=None,
+        lease_seconds=lease.lease_seconds,
+        expires_at=None,
+        acquired_at=None,
+        host=socket.gethostname(),
+        pid=os.getpid(),
+        holder={k: str(v) for k, v in lease.holder.items()},
+    )
 
 
-class Acquiring(Undoing):
-    """Acquire one key, waiting as the wait policy says."""
+class Acquirer:
+    """Acquire one key, waiting as the wait policy says.
 
-    def _acquire(
+    Holds nothing long-lived (a ``Terms`` and an ``Attempt`` per call): one per client
+    and process, over that process's store, clock, stamper, wait policy, in-process gate
+    and thread pools. It hands each lease it gets to the keeper, and what an acquire
+    that ends without one may have left to the undoer.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        client: LeaseClient,
+        client_id: str,
+        store: Store,
+        clock: ServerClock,
+        stamper: Stamper,
+        waiting: WaitPolicy,
+        keylocks: KeyLocks,
+        keeper: Keeper,
+        undoer: Undoer,
+        events: Events,
+        executors: Executors,
+    ):
+        self.options = options
+        self.client = client  # what a lease knows as its client: the facade
+        self.client_id = client_id
+        self.store = store
+        self.clock = clock
+        self.stamper = stamper
+        self.waiting = waiting
+        self.keylocks = keylocks
+        self.keeper = keeper
+        self.undoer = undoer
+        self.events = events
+        self.executors = executors
+
+    def new_owner(self) -> str:
+        """A new acquisition's owner id: this client's id, and a random part."""
+        return f"{self.client_id}:{uuid.uuid4().hex[:12]}"
+
+    def busy_here(self, key: str, stored: str, started: float, keys: tuple[str, ...] | None = None) -> LockNotAcquired:
+        """What an acquire refused by the in-process gate raises (another thread or coroutine
+        of this process holds ``stored``, or is acquiring it): the same for one key and
+        several, sync and async, with the hint a waiter in another process would work out."""
+        lease = next((lease for lease in list(self.keeper.held) if lease.stored_key == stored), None)
+        return LockNotAcquired(
+            key,
+            holder=_local_holder(lease),
+            # Still being acquired by the other thread: no holder to estimate from.
+            retry_after=self.waiting.retry_after_local(lease) if lease is not None else None,
+            waited=monotonic() - started,
+            keys=keys,
+        )
+
+    def acquisition(
         self,
         key: str,
         stored: str,
@@ -75,114 +152,40 @@ class Acquiring(Undoing):
         holder: Mapping[str, Any] | None,
         *,
         single: bool,
-    ) -> Lease:
+    ) -> Steps[Lease]:
+        """One acquire of ``key``, its in-process gate and its undo included, as steps:
+        ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
+        terms = Terms(started + wait, lease_seconds, holder)
         try:
-            if not self._keylocks.enter(stored, wait):
-                raise self._busy_here(key, stored, started)  # another thread of this process has it
+            if not (yield Enter(stored, terms.give_up_at)):
+                raise self.busy_here(key, stored, started)  # another thread or coroutine of this process has it
             try:
-                lease = self._acquire_remote(key, stored, Terms(started + wait, lease_seconds, holder), single=single)
-            except BaseException:
-                self._keylocks.leave(stored)
-                raise
-        except LockNotAcquired as busy:
-            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
-            raise
-        self._start_holding(lease, waited=monotonic() - started)
-        return lease
-
-    async def _acquire_async(
-        self,
-        key: str,
-        stored: str,
-        wait: float,
-        lease_seconds: float,
-        holder: Mapping[str, Any] | None,
-    ) -> Lease:
-        """``_acquire`` for asyncio: the same steps, driven by ``steps.run_async``.
-
-        The in-process gate is not waited on with a blocked thread per coroutine (what
-        this path exists to avoid): a coroutine that finds it taken sleeps until the
-        gate is left, or its wait is over.
-        """
-        started = monotonic()
-        give_up_at = started + wait
-        loop = asyncio.get_running_loop()
-        try:
-            await self._enter_gate_async(key, stored, started, give_up_at)
-            try:
-                if not self._store.built:  # built on a pool thread: it reads files, resolves credentials
-                    await loop.run_in_executor(self._executors.waiting, lambda: self._store.boto)
-                attempt = Attempt(owner=self._new_owner())
-                terms = Terms(give_up_at, lease_seconds, holder)
-
-                def interrupted() -> None:
-                    attempt.ambiguous = True  # cancelled with a write in flight: it may land
-
+                if not self.store.built:
+                    yield Prepare(lambda: self.store.boto)
+                attempt = Attempt(owner=self.new_owner())
+                yield OnCancel(functools.partial(_may_land, attempt))
                 try:
-                    lease = await steps.run_async(
-                        self._acquire_steps(key, stored, terms, attempt, single=False),
-                        self._executors.waiting,
-                        interrupted=interrupted,
-                    )
-                    self._waiting.remember(stored, None)
+                    lease = yield from self.acquire_steps(key, stored, terms, attempt, single=single)
+                    self.waiting.remember(stored, None)
+                except GeneratorExit:
+                    raise
                 except BaseException:
-                    undo = loop.run_in_executor(self._executors.holding, self._abandon, stored, attempt)
-                    await asyncio.shield(undo)
+                    # However we leave (busy, an error, SystemExit, a task's time limit, a
+                    # cancelled coroutine): undo an attempt that may have landed unseen,
+                    # and give up our reserved turn.
+                    yield Send(functools.partial(self.abandon, stored, attempt), holding=True)
                     raise
             except BaseException:
-                self._keylocks.leave(stored)
+                self.keylocks.leave(stored)
                 raise
         except LockNotAcquired as busy:
-            self._emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self._start_holding(lease, waited=monotonic() - started)
+        self.keeper.start(lease, waited=monotonic() - started)
         return lease
 
-    async def _enter_gate_async(
-        self, key: str, stored: str, started: float, give_up_at: float, keys: tuple[str, ...] | None = None
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while not self._keylocks.enter(stored, 0):
-            now = monotonic()
-            if now >= give_up_at:
-                raise self._busy_here(key, stored, started, keys)
-            left: asyncio.Future[None] = loop.create_future()
-
-            def on_leave(left: asyncio.Future[None] = left) -> None:
-                try:
-                    loop.call_soon_threadsafe(_settle, left)
-                except RuntimeError:  # the loop has closed: nobody waits any more
-                    pass
-
-            unwatch = self._keylocks.watch(stored, on_leave)
-            try:
-                if self._keylocks.enter(stored, 0):  # left between our look and the watch
-                    return
-                await asyncio.wait([left], timeout=give_up_at - now)
-            finally:
-                unwatch()
-
-    def _acquire_remote(
-        self,
-        key: str,
-        stored: str,
-        terms: Terms,
-        *,
-        single: bool,
-    ) -> Lease:
-        attempt = Attempt(owner=self._new_owner())
-        try:
-            lease = steps.run(self._acquire_steps(key, stored, terms, attempt, single=single))
-            self._waiting.remember(stored, None)
-        except BaseException:
-            # However we leave (busy, an error, SystemExit, a task's time limit): undo an
-            # attempt that may have landed unseen, and give up our reserved turn.
-            self._abandon(stored, attempt)
-            raise
-        return lease
-
-    def _acquire_steps(
+    def acquire_steps(
         self,
         key: str,
         stored: str,
@@ -198,9 +201,9 @@ class Acquiring(Undoing):
         # between it watches with consistent reads: a read costs a fifth of a write, is
         # cheaper for the server to answer, and leaves the holder's own writes unqueued.
         began = monotonic()
-        if self._clock_unread():
-            yield Send(functools.partial(self._read_clock, stored))  # see _learn_clock
-        watch = self._waiting.remembered(stored)  # what earlier calls saw of this key
+        if self.stamper.clock_unread():
+            yield Send(functools.partial(self.stamper.read_clock, stored))  # see Stamper.learn_clock
+        watch = self.waiting.remembered(stored)  # what earlier calls saw of this key
         last_item: dict[str, Any] | None = None
         tries = 0
         # Looks in a row that DynamoDB throttled, earlier calls' on this key included:
@@ -218,7 +221,7 @@ class Acquiring(Undoing):
         last_holder: str | None = None
         handoffs = 0  # holders that followed one another while we waited: Retry-After's estimate
         while True:
-            due = self._waiting.takeover_in(last_item, watch, monotonic())
+            due = self.waiting.takeover_in(last_item, watch, monotonic())
             if due is not None and due <= 0:
                 write = True
             error: DynLockError | None = None
@@ -231,7 +234,7 @@ class Acquiring(Undoing):
             if write:
                 attempt.seq += 1
                 takeover = watch.takeover_rvn(looked_at) if watch is not None else None
-                params, expires = self._acquire_request(stored, attempt, terms, takeover)
+                params, expires = self.acquire_request(stored, attempt, terms, takeover)
                 sent = monotonic()
                 # However we leave this yield it may land: by a reply, a failure that says
                 # whether it may have, or an exception the caller's own code raises into
@@ -243,7 +246,7 @@ class Acquiring(Undoing):
                 try:
                     reply = yield Send(
                         functools.partial(
-                            self._store.call,
+                            self.store.call,
                             "update_item",
                             "acquire a lock",
                             attempts=1,
@@ -260,10 +263,10 @@ class Acquiring(Undoing):
                     # version (kept between calls) can ever take the key over.
                     seen_busy = True  # the condition failed: the key is not ours to take now
                     # Past the wait, only the first attempt's read: ``wait`` is a bound.
-                    seen = self._store.old_item(exc, stored, read=False)
+                    seen = self.store.old_item(exc, stored, read=False)
                     read = (not single or not self.clock.known) and (tries == 0 or monotonic() < terms.give_up_at)
                     if seen is None and read:
-                        look = functools.partial(self._store.old_item, exc, stored, attempts=1)
+                        look = functools.partial(self.store.old_item, exc, stored, attempts=1)
                 except DynLockError as exc:
                     attempt.ambiguous = was_ambiguous or getattr(exc, "ambiguous", False)
                     if not getattr(exc, "retryable", False):
@@ -273,8 +276,8 @@ class Acquiring(Undoing):
                     # Applied: the key is ours, and stays to undo until the lease is handed out.
                     before = reply.get("Attributes") or {}
                     token = _token_after(before, params)
-                    self._log_takeover(key, before, attempt.owner, sent)
-                    lease = self._new_lease(key, stored, attempt, token, terms, sent, expires)
+                    self.log_takeover(key, before, attempt.owner, sent)
+                    lease = self.new_lease(key, stored, attempt, token, terms, sent, expires)
                     if clock_was_known:
                         kept, item_now = True, None
                     else:
@@ -297,7 +300,7 @@ class Acquiring(Undoing):
             else:
                 # Sent once: the loop is the retry, and a read tried three times could
                 # outlast the wait by two request timeouts.
-                look = functools.partial(self._store.get_item, stored, attempts=1)
+                look = functools.partial(self.store.get_item, stored, attempts=1)
             if look is not None or seen is not UNSEEN:
                 try:
                     item = cast("dict[str, Any] | None", seen if look is None else (yield Send(look)))
@@ -312,8 +315,8 @@ class Acquiring(Undoing):
                             item and item.get(it.OWNER, {}).get("S") not in (None, attempt.owner)
                         )
                         before = watch
-                        watch = self._waiting.observe(watch, item, monotonic(), attempt.owner)
-                        yield from self._remember(stored, watch)
+                        watch = self.waiting.observe(watch, item, monotonic(), attempt.owner)
+                        yield from self.remember(stored, watch)
                         resumed = resumed or bool(watch and watch.noted and (before is None or before.rvn != watch.rvn))
                         if watch is not None and watch.holder is not None:
                             if last_holder is not None and watch.holder != last_holder:
@@ -325,11 +328,11 @@ class Acquiring(Undoing):
                         if (
                             item
                             and not attempt.reserved
-                            and self._waiting.starving(item, attempt.owner, holders_seen, began)
+                            and self.waiting.starving(item, attempt.owner, holders_seen, began)
                         ):
                             attempt.reserved = True  # it may land even if we are interrupted: then give it back
                             attempt.reserved = yield Send(
-                                functools.partial(self._reserve, stored, attempt.owner, item[it.OWNER]["S"])
+                                functools.partial(self.reserve, stored, attempt.owner, item[it.OWNER]["S"])
                             )
             now = monotonic()
             if (
@@ -338,7 +341,7 @@ class Acquiring(Undoing):
                 and self.clock.known
                 and not rechecked
                 and error is None
-                and (last_item is None or self._waiting.expired(last_item, now))
+                and (last_item is None or self.waiting.expired(last_item, now))
             ):
                 # Our first attempt could not ask for a takeover by DynamoDB's clock: we
                 # learnt that clock from its reply. One more attempt that can.
@@ -373,9 +376,9 @@ class Acquiring(Undoing):
             throttled = throttled + 1 if is_throttling(error) else throttled // 2
             if watch is not None:
                 watch.throttled = throttled
-            if not throttled and self._waiting.looks_by_writing(reserved_looks, self._store.returns_item_on_failure):
+            if not throttled and self.waiting.looks_by_writing(reserved_looks, self.store.returns_item_on_failure):
                 write = True
-            delay = self._waiting.poll_delay(
+            delay = self.waiting.poll_delay(
                 tries=tries,
                 reserved=attempt.reserved,
                 took=now - looked_at,
@@ -392,7 +395,7 @@ class Acquiring(Undoing):
                 # DynamoDB asked us to back off until past the wait: no look at its end.
                 raise self._gave_up(key, error, seen_busy, last_item, watch, handoffs, monotonic() - began)
 
-    def _log_takeover(self, key: str, before: Mapping[str, Any] | None, owner: str, sent: float) -> None:
+    def log_takeover(self, key: str, before: Mapping[str, Any] | None, owner: str, sent: float) -> None:
         """One INFO line when an acquire write sent at ``sent`` took the key from a holder
         that never released it (it crashed, hung or lost its network): ``before`` is the
         item as the write found it, so a holder it names was taken over (an acquire
@@ -400,7 +403,7 @@ class Acquiring(Undoing):
         if not before or not logger.isEnabledFor(logging.INFO):
             return
         dead = before.get(it.OWNER, {}).get("S")
-        info = self._info(before)
+        info = self.keeper.info(before)
         if dead is None or dead == owner or info is None:
             return
         expires = it.number(before, it.EXPIRES_AT)
@@ -439,15 +442,15 @@ class Acquiring(Undoing):
         # A failed read only hid who holds the key: it is busy, not DynamoDB.
         if error is not None and not seen_busy:
             return error
-        info = self._info(item)
+        info = self.keeper.info(item)
         return LockNotAcquired(
             key,
             holder=info,
-            retry_after=self._waiting.retry_after(info, item, watch, handoffs=handoffs, waited=waited),
+            retry_after=self.waiting.retry_after(info, item, watch, handoffs=handoffs, waited=waited),
             waited=waited,
         )
 
-    def _acquire_request(
+    def acquire_request(
         self,
         stored: str,
         attempt: Attempt,
@@ -455,9 +458,9 @@ class Acquiring(Undoing):
         takeover_rvn: str | None,
     ) -> tuple[dict[str, Any], float]:
         """The UpdateItem parameters of one acquire attempt (shared with transactions), and the expiry it stores."""
-        _ = self._store.boto  # built before the stamp is taken: building it takes a while the first time
+        _ = self.store.boto  # built before the stamp is taken: building it takes a while the first time
         at = monotonic()
-        stamp = self._stamp(at)
+        stamp = self.stamper.stamp(at)
         params = rq.acquire(
             self.options,
             stored,
@@ -473,12 +476,12 @@ class Acquiring(Undoing):
             thread=threading.current_thread().name,
             holder=terms.holder,
             takeover_rvn=takeover_rvn,
-            base=self._fence_base(stamp),
-            watch_only=self._watch_only(),
+            base=self.stamper.fence_base(stamp),
+            watch_only=self.stamper.watch_only(),
         )
         return params, stamp + terms.lease_seconds
 
-    def _new_lease(
+    def new_lease(
         self,
         key: str,
         stored: str,
@@ -489,14 +492,15 @@ class Acquiring(Undoing):
         expires: float,
     ) -> Lease:
         lease = Lease(
-            self._as_client,
+            self.client,
+            keeper=self.keeper,
             key=key,
             stored_key=stored,
             owner=attempt.owner,
             token=token,
             lease_seconds=terms.lease_seconds,
             sent_at=sent,
-            ends_at=self._holder_end(sent, terms.lease_seconds, expires),
+            ends_at=self.stamper.holder_end(sent, terms.lease_seconds, expires),
             seq=attempt.seq,
             holder=dict(terms.holder or {}),
         )
@@ -521,7 +525,7 @@ class Acquiring(Undoing):
         """
         latest = self.clock.latest(sent)
         if latest is None:
-            if not self._watch_only():
+            if not self.stamper.watch_only():
                 return True, None
             ahead = 0.0  # no Date in the reply either: store no expiry, not the wall clock's
         else:
@@ -535,7 +539,7 @@ class Acquiring(Undoing):
             )
         try:
             with lease.upkeep.renew_lock:
-                applied, item = self._renew_write(lease, lease.lease_seconds)
+                applied, item = self.keeper.renew_write(lease, lease.lease_seconds)
         except DynLockError:
             if lease.remaining() > 0:
                 return True, None  # valid, only late to expire or short: the next heartbeat restamps it
@@ -543,7 +547,7 @@ class Acquiring(Undoing):
             raise
         return applied, item
 
-    def _reserve(self, stored: str, owner: str, holder: str) -> bool:
+    def reserve(self, stored: str, owner: str, holder: str) -> bool:
         """Claim the next turn after ``holder``; whether the claim may have been written.
 
         Waiters poll, so whoever asks first after a release gets the key: usually the
@@ -555,7 +559,7 @@ class Acquiring(Undoing):
         ended, and leave a reservation nobody will use.
         """
         try:
-            self._store.call(
+            self.store.call(
                 "update_item",
                 "reserve a busy lock",
                 attempts=1,
@@ -567,11 +571,11 @@ class Acquiring(Undoing):
             return bool(getattr(exc, "ambiguous", False))
         return True
 
-    def _remember(self, stored: str, watch: Watch | None) -> Steps[None]:
+    def remember(self, stored: str, watch: Watch | None) -> Steps[None]:
         """Keep what this look saw of the key between calls; write into their items the
         watches that memory drops and only they could take their keys by (see
         WaitPolicy.remember)."""
-        for dropped, forgotten in self._waiting.remember(stored, watch):
+        for dropped, forgotten in self.waiting.remember(stored, watch):
             yield Send(functools.partial(self._note_watch, dropped, forgotten))
 
     def _note_watch(self, stored: str, watch: Watch) -> None:
@@ -579,16 +583,16 @@ class Acquiring(Undoing):
         look at the key starts watching it afresh, as a new watcher would."""
         assert watch.rvn is not None
         try:
-            self._store.call(
+            self.store.call(
                 "update_item",
                 "note a watch of a busy lock",
                 attempts=1,
                 **rq.note_watch(
                     self.options,
                     stored,
-                    attribute=self._waiting.note_attribute,
+                    attribute=self.waiting.note_attribute,
                     rvn=watch.rvn,
-                    note=self._waiting.note(watch),
+                    note=self.waiting.note(watch),
                 ),
             )
         except ClientError:
@@ -596,13 +600,13 @@ class Acquiring(Undoing):
         except DynLockError as exc:
             logger.debug("could not note a watch of %r: %s", stored, exc)
 
-    def _abandon(self, stored: str, attempt: Attempt) -> bool:
+    def abandon(self, stored: str, attempt: Attempt) -> bool:
         """Undo an acquire whose reply we never saw (it may have succeeded), and give up our reservation.
 
         Best effort, and never raises. One try per write, and none after one that cannot
         reach DynamoDB: ``wait`` stays a bound (plus a request timeout or two) in an
         outage. What could not get through is tried again in the background until
-        DynamoDB answers (Undoing._undo_later): the key is free within seconds of the
+        DynamoDB answers (Undoer._undo_later): the key is free within seconds of the
         link healing, not once its expiry passes. Returns whether DynamoDB could be reached.
         """
-        return self._undo([Undo.of(stored, attempt)])
+        return self.undoer.undo([Undo.of(stored, attempt)])

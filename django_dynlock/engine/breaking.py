@@ -13,7 +13,11 @@ from botocore.exceptions import ClientError
 from ..exceptions import BreakUnconfirmed, DynLockError
 from . import items as it
 from . import requests as rq
-from .holding import Holding
+from .clock import ServerClock
+from .events import Events
+from .holding import Keeper
+from .options import ClientOptions
+from .store import Store
 from .text import printable
 
 logger = logging.getLogger("django_dynlock")
@@ -23,10 +27,22 @@ logger = logging.getLogger("django_dynlock")
 MAX_REASON = 500
 
 
-class Breaking(Holding):
-    """break_lease() and confirm_break(): the writes, the read-back, the ``broken`` event."""
+class Breaker:
+    """break_lease() and confirm_break(): the writes, the read-back, the ``broken`` event.
 
-    def _break(self, key: str, token: int | None, reason: str, by: str) -> bool:
+    Holds nothing of its own: one per client and process, over that process's store and
+    clock. It calls the store, the keeper (to end the broken owner, and to tell a holder
+    in this process) and the events.
+    """
+
+    def __init__(self, options: ClientOptions, store: Store, clock: ServerClock, keeper: Keeper, events: Events):
+        self.options = options
+        self.store = store
+        self.clock = clock
+        self.keeper = keeper
+        self.events = events
+
+    def break_(self, key: str, token: int | None, reason: str, by: str) -> bool:
         """break_lease() after its arguments were checked."""
         stored = self.options.prefixed(key)
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
@@ -34,7 +50,7 @@ class Breaking(Holding):
         old: Mapping[str, Any] | None = None  # the item as the break found it, when the reply says
         condition, extra = rq.break_condition(token)
         try:
-            reply = self._store.call(
+            reply = self.store.call(
                 "update_item",
                 "break a lock",
                 ReturnValues="ALL_OLD",
@@ -42,7 +58,7 @@ class Breaking(Holding):
                 **self._break_request(stored, condition, extra, mark, reason, by),
             )
         except ClientError as exc:
-            item = self._store.old_item(exc, stored)
+            item = self.store.old_item(exc, stored)
             if not item or item.get(it.RVN, {}).get("S") != mark:
                 return False
             # else: a retry after our own break was applied but its reply was lost
@@ -52,7 +68,7 @@ class Breaking(Holding):
             # Every reply was lost, and the write may have landed: read the key back
             # rather than tell the operator that nothing was broken.
             try:
-                landed = self._break_landed(stored, token, mark)
+                landed = self.landed(stored, token, mark)
             except DynLockError:
                 landed = None
             if landed is None:
@@ -66,7 +82,7 @@ class Breaking(Holding):
                 # A copy of that holder's acquire still in the network could land on the
                 # freed key and quietly undo the break. The slot is marked as broken, not
                 # released: the holder's release() must not take it for its own.
-                self._end_owner(
+                self.keeper.end_owner(
                     stored,
                     broken,
                     "make sure a broken lease leaves no late write",
@@ -75,12 +91,12 @@ class Breaking(Holding):
                         stored, "#owner = :broken", {":broken": {"S": broken}}, uuid.uuid4().hex, reason, by
                     ),
                 )
-        self._broken(key, token, reason, by, broken, old)
+        self.broken(key, token, reason, by, broken, old)
         return True
 
-    def _break_landed(self, stored: str, token: int | None, mark: str) -> bool | None:
+    def landed(self, stored: str, token: int | None, mark: str) -> bool | None:
         """Read the key back after a break whose replies were all lost."""
-        item = self._store.get_item(stored)
+        item = self.store.get_item(stored)
         if item is not None and item.get(it.RVN, {}).get("S") == mark:
             return True  # the break's own record version: nothing has written since
         if item is None:
@@ -91,7 +107,7 @@ class Breaking(Holding):
             return False  # the same lease still holds (or is reserved): not broken
         return None  # ended since, by this break or otherwise
 
-    def _broken(
+    def broken(
         self,
         key: str,
         token: int | None,
@@ -119,13 +135,13 @@ class Breaking(Holding):
             logger.warning(
                 "lock %r (token %s) broken by %s: %s", key, token, printable(by), printable(reason or "no reason given")
             )
-        self._emit("broken", key=key, token=token, reason=reason, by=by)
-        for lease in list(self._held):
+        self.events.emit("broken", key=key, token=token, reason=reason, by=by)
+        for lease in list(self.keeper.held):
             if lease.stored_key == stored and (token is None or lease.token == token):
                 # Our own process held it: tell the holder now, not at its next heartbeat.
-                # Its owner was ended above already; _lose need not do it again.
+                # Its owner was ended above already; Keeper.lose need not do it again.
                 lease.upkeep.disowned = lease.upkeep.disowned or lease.owner == broken
-                self._lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
+                self.keeper.lose(lease, "broken", printable(f"broken by {by}: {reason or 'no reason given'}"))
 
     def _break_request(
         self, stored: str, condition: str, values: dict[str, Any], mark: str, reason: str, by: str

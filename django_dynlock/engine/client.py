@@ -4,8 +4,10 @@ Every write is one conditional UpdateItem that carries this acquisition's owner 
 so a retry after a lost reply recognises its own earlier success. See
 docs/protocol.md for the design and the reasoning behind each condition, and
 docs/architecture.md for where each part of the client lives: this module is its
-public face; the work is done by the layers it is built from (base.py, holding.py,
-acquiring.py, multikey.py, breaking.py), with the requests built in requests.py,
+public face, a facade over the collaborators it builds in each process (``_init_process_state``):
+``Events`` (events.py), ``Stamper`` (stamps.py), ``Keeper`` (holding.py), ``Undoer``
+(undoing.py), ``Acquirer`` (acquiring.py), ``GroupAcquirer`` (multikey.py), ``Breaker``
+(breaking.py) and ``Handovers`` (handover.py); the requests are built in requests.py,
 sent by store.py, and the waiting decided in waiting.py.
 """
 
@@ -16,24 +18,37 @@ import datetime as dt
 import functools
 import logging
 import os
+import socket
+import uuid
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..exceptions import DynLockError, InvalidArgument, LockNotAcquired
-from . import items as it
+from ..exceptions import ClientClosed, DynLockError, InvalidArgument, LockNotAcquired
 from . import requests as rq
-from .base import Listener, live_clients
-from .breaking import Breaking
-from .clock import monotonic
+from .acquiring import Acquirer
+from .breaking import Breaker
+from .clock import ServerClock, monotonic
 from .election import STANDBY_POLL, Election
-from .failures import describe_endpoint
-from .handover import HandingOver, Handover
+from .events import Events, Listener
+from .executors import Executors
+from .failures import describe_endpoint, safe_endpoint
+from .handover import Handover, Handovers
+from .heartbeat import Heartbeater
+from .holding import Keeper
 from .items import LeaseInfo
+from .keylocks import KeyLocks
 from .lease import Lease, LeaseGroup
-from .multikey import MAX_KEYS_PER_TRANSACTION, MultiKey
+from .multikey import MAX_KEYS_PER_TRANSACTION, GroupAcquirer
+from .options import ClientOptions, check_seconds
+from .stamps import Stamper
+from .steps import run, run_async
+from .store import Store
 from .table import TableStatus, create_table, describe_table
+from .undoing import Undoer
+from .waiting import WaitPolicy
 
 logger = logging.getLogger("django_dynlock")
 
@@ -41,14 +56,108 @@ __all__ = ["Handover", "Listener", "LockClient"]
 
 T = TypeVar("T")
 
+# What resets each client alive in this process after fork (see the end of this module):
+# a weak reference to the client's own method, which goes with the client.
+_fork_resets: set[weakref.WeakMethod[Callable[[], None]]] = set()
 
-class LockClient(MultiKey, Breaking, HandingOver):
+
+class LockClient:
     """Acquire, renew, release, list and break leases stored in one DynamoDB table.
 
     Thread-safe. One instance per process and table is enough: it owns the boto3
     client (built lazily, rebuilt after fork) and one heartbeat thread for all its
     leases.
     """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        boto_client: Any = None,
+        listeners: Iterable[Listener] = (),
+    ):
+        self.options = options
+        self._events = Events(self, listeners)
+        self._closed = False
+        # DynamoDB's clock as this client can bound it; see clock.py.
+        self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
+        self._store = Store(options, self.clock, boto_client=boto_client, check_open=self._check_open)
+        # Leases keep their keeper for life: it outlives a fork, and is given each process's state.
+        self._keeper = Keeper(options, self._events, check_open=self._check_open, is_closed=lambda: self._closed)
+        self._init_process_state()
+        _fork_resets.add(weakref.WeakMethod(self._reset_in_child, _fork_resets.discard))
+
+    def _init_process_state(self) -> None:
+        """The collaborators of this process: a forked child builds its own (see _after_fork)."""
+        self._pid = os.getpid()
+        self.client_id = f"{socket.gethostname()}:{self._pid}:{uuid.uuid4().hex[:8]}"
+        self._keylocks = KeyLocks()
+        self.clock = self.clock.fresh_copy()  # a lock a parent thread held at fork stays held
+        self._store = self._store.fresh_copy(self.clock)  # and a parent's boto3 client is not the child's
+        self._stamper = Stamper(self.options, self.clock, self._store)  # a child reads the clock afresh
+        self._keeper.start_process(self._store, self.clock, self._stamper, self._keylocks)
+        self._waiting = WaitPolicy(self.options, self.clock)
+        # Thread pools for asyncio callers (a parent's threads do not exist in a child).
+        self._executors = Executors(f"dynlock-{self.options.alias}")
+        self._undoer = Undoer(self.options, self._store, self.clock, self._keeper, is_closed=lambda: self._closed)
+        parts: dict[str, Any] = {
+            "store": self._store,
+            "clock": self.clock,
+            "stamper": self._stamper,
+            "waiting": self._waiting,
+            "keylocks": self._keylocks,
+            "keeper": self._keeper,
+            "undoer": self._undoer,
+            "events": self._events,
+            "executors": self._executors,
+        }
+        self._acquirer = Acquirer(self.options, client=self, client_id=self.client_id, **parts)
+        self._group = GroupAcquirer(self.options, client=self, acquirer=self._acquirer, **parts)
+        self._breaker = Breaker(self.options, self._store, self.clock, self._keeper, self._events)
+        self._handovers = Handovers(
+            self.options,
+            client=self,
+            store=self._store,
+            clock=self.clock,
+            stamper=self._stamper,
+            keeper=self._keeper,
+            keylocks=self._keylocks,
+            busy_here=self._acquirer.busy_here,
+        )
+
+    def _after_fork(self) -> None:
+        # A child shares none of its parent's leases: the parent keeps renewing them,
+        # and the child must neither renew nor release them. Only the forking thread
+        # exists in the child: a lock another thread held at fork stays held for ever,
+        # so the child's copies get fresh ones before anything takes them.
+        self._keeper.after_fork()
+        self._init_process_state()
+
+    def _reset_in_child(self) -> None:
+        if not self._closed:
+            self._after_fork()
+
+    @property
+    def _heartbeater(self) -> Heartbeater:
+        """The keeper's heartbeat (tests stop it to play a process paused past its lease)."""
+        return self._keeper.heartbeater
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ClientClosed(f"{self!r} is closed: get a new one with get_lock_client()")
+        if os.getpid() != self._pid:
+            self._after_fork()
+
+    def _info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+        return self._keeper.info(item)
+
+    def _lease_seconds(self, lease: float | None) -> float:
+        value = self.options.lease_duration if lease is None else lease
+        return check_seconds("lease", value)  # type: ignore[return-value]
+
+    def _wait_seconds(self, wait: float | None) -> float:
+        value = self.options.wait_timeout if wait is None else wait
+        return check_seconds("wait", value, allow_zero=True)  # type: ignore[return-value]
 
     def __repr__(self) -> str:
         return f"<LockClient alias={self.options.alias!r} table={self.options.table_name!r}>"
@@ -83,7 +192,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         ``reason``, ``by``). Listeners run in the thread that saw the event, often
         the heartbeat thread: keep them short.
         """
-        self._listeners.append(listener)
+        self._events.add(listener)
 
     def acquire(
         self,
@@ -108,8 +217,11 @@ class LockClient(MultiKey, Breaking, HandingOver):
         """
         self._check_open()
         stored = self.options.prefixed(key)
-        it.holder_map(holder)  # refused before any request if too large
-        return self._acquire(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False)
+        rq.holder_map(holder)  # refused before any request if too large
+        steps = self._acquirer.acquisition(
+            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
+        )
+        return run(steps, self._keylocks)
 
     async def acquire_async(
         self,
@@ -123,8 +235,11 @@ class LockClient(MultiKey, Breaking, HandingOver):
         while it does; each request runs on this client's own bounded thread pool."""
         self._check_open()
         stored = self.options.prefixed(key)
-        it.holder_map(holder)
-        return await self._acquire_async(key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        rq.holder_map(holder)
+        steps = self._acquirer.acquisition(
+            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
+        )
+        return await run_async(steps, self._executors, self._keylocks)
 
     async def run_for_holder(self, function: Callable[..., T], *args: Any) -> T:
         """Run ``function(*args)`` (a release, say) on the holders' thread pool, which
@@ -153,9 +268,12 @@ class LockClient(MultiKey, Breaking, HandingOver):
             raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
         self._check_open()
         stored = self.options.prefixed(key)
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         try:
-            return self._acquire(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
+            return run(
+                self._acquirer.acquisition(key, stored, 0.0, self._lease_seconds(lease), holder, single=True),
+                self._keylocks,
+            )
         except LockNotAcquired:
             return None
 
@@ -173,7 +291,8 @@ class LockClient(MultiKey, Breaking, HandingOver):
         LockNotAcquired (``key`` names a busy one) if they are not all free within ``wait``.
         """
         by_stored = self._many_keys("acquire_many", keys, holder)
-        return self._acquire_all(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        steps = self._group.acquisition(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return run(steps, self._keylocks)
 
     async def acquire_many_async(
         self,
@@ -186,7 +305,8 @@ class LockClient(MultiKey, Breaking, HandingOver):
         """``acquire_many()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no
         thread while it does; each request runs on this client's own bounded thread pool."""
         by_stored = self._many_keys("acquire_many_async", keys, holder)
-        return await self._acquire_all_async(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        steps = self._group.acquisition(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        return await run_async(steps, self._executors, self._keylocks)
 
     def _many_keys(self, method: str, keys: Iterable[str], holder: Mapping[str, Any] | None) -> dict[str, str]:
         """The checked keys of an acquire_many call, by their stored keys."""
@@ -194,7 +314,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         if isinstance(keys, str):
             raise InvalidArgument(f"{method}() takes a list of keys, not one string; use acquire(key)")
         by_stored = {self.options.prefixed(key): key for key in keys}
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         if not by_stored:
             raise InvalidArgument(f"{method}() needs at least one key")
         if len(by_stored) > MAX_KEYS_PER_TRANSACTION:
@@ -210,7 +330,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         expiry, or adopted by another process first: a message delivered twice).
         """
         self._check_open()
-        return self._adopt(handover, self._lease_seconds(lease))
+        return self._handovers.adopt(handover, self._lease_seconds(lease))
 
     def release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
         """End a handed-over lease that nobody adopted (one write), e.g. for a task that
@@ -223,7 +343,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         to be dead (its process was killed), which can neither renew nor release it.
         """
         self._check_open()
-        return self._release_handover(handover, even_if_adopted=even_if_adopted)
+        return self._handovers.release_handover(handover, even_if_adopted=even_if_adopted)
 
     def election(
         self,
@@ -243,7 +363,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         :param poll: seconds between a standby's reads of the leader's key.
         """
         self._check_open()
-        it.holder_map(holder)  # refused before any request if too large
+        rq.holder_map(holder)  # refused before any request if too large
         if lease is not None:
             self._lease_seconds(lease)  # refused here, not at the first campaign
         return Election(self, name, lease=lease, holder=holder, poll=poll)
@@ -311,7 +431,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         self._check_open()
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
-        return self._break(key, token, reason, by)
+        return self._breaker.break_(key, token, reason, by)
 
     def confirm_break(
         self, key: str, *, token: int | None, mark: str, reason: str = "", by: str = "operator"
@@ -322,9 +442,9 @@ class LockClient(MultiKey, Breaking, HandingOver):
         ended since, by this break or otherwise). Raises BackendError while DynamoDB
         still cannot be read."""
         self._check_open()
-        landed = self._break_landed(self.options.prefixed(key), token, mark)
+        landed = self._breaker.landed(self.options.prefixed(key), token, mark)
         if landed:
-            self._broken(key, token, reason, by, None)
+            self._breaker.broken(key, token, reason, by, None)
         return landed
 
     def create_table(
@@ -340,7 +460,7 @@ class LockClient(MultiKey, Breaking, HandingOver):
         self._check_open()
         try:
             return create_table(
-                self,
+                self._store,
                 wait=wait,
                 billing_mode=billing_mode,
                 read_capacity=read_capacity,
@@ -354,31 +474,31 @@ class LockClient(MultiKey, Breaking, HandingOver):
         """The lock table's state (raises TableNotFound when missing)."""
         self._check_open()
         try:
-            return describe_table(self)
+            return describe_table(self._store)
         except (ClientError, BotoCoreError) as exc:
             raise self._store.translate(exc, "describe the lock table") from exc
 
     @property
     def held(self) -> list[Lease]:
         """Leases this client holds in this process."""
-        return list(self._held)
+        return list(self._keeper.held)
 
     def close(self, *, release: bool = False) -> None:
         """Stop renewing (and optionally release) every lease; returns promptly."""
         if self._closed:
             return
         if release and os.getpid() == self._pid:
-            for lease in list(self._held):
+            for lease in list(self._keeper.held):
                 try:
-                    self._release(lease)
+                    self._keeper.release(lease)
                 except DynLockError as exc:
                     logger.info("while closing, releasing %r failed: %s", lease, exc)
         self._closed = True
-        self._heartbeater.stop()
+        self._keeper.heartbeater.stop()
         self._executors.shutdown()
         # Leases we keep are no longer renewed: their holders must not trust them.
-        for lease in list(self._held):
-            self._lose(lease, "closed", "the lock client was closed")
+        for lease in list(self._keeper.held):
+            self._keeper.lose(lease, "closed", "the lock client was closed")
 
     @property
     def closed(self) -> bool:
@@ -386,9 +506,10 @@ class LockClient(MultiKey, Breaking, HandingOver):
 
 
 def _after_fork_in_child() -> None:
-    for client in list(live_clients):
-        if not client._closed:
-            client._after_fork()
+    for ref in list(_fork_resets):
+        reset = ref()
+        if reset is not None:
+            reset()
 
 
 if hasattr(os, "register_at_fork"):

@@ -86,9 +86,10 @@ def election_of(lease: Lease) -> str | None:
     return name if name is not None and lease.key == KEY_PREFIX + name else None
 
 
-# Terms handed out in this process, to tell their elections of a loss. One engine
-# listener per client dispatches to them: an Election per request must not add one each.
-_terms: weakref.WeakKeyDictionary[Lease, Election] = weakref.WeakKeyDictionary()
+# Terms handed out in this process, to tell their elections of a loss (each term maps to
+# its election's handler). One engine listener per client dispatches to them: an
+# Election per request must not add one each.
+_terms: weakref.WeakKeyDictionary[Lease, Callable[[Lease, str], None]] = weakref.WeakKeyDictionary()
 _listening: weakref.WeakSet[Any] = weakref.WeakSet()
 _registry_lock = threading.Lock()
 
@@ -96,9 +97,9 @@ _registry_lock = threading.Lock()
 def _dispatch(event: str, *, lease: Lease | None = None, **info: Any) -> None:
     if event != "lost" or lease is None:
         return
-    election = _terms.get(lease)
-    if election is not None:
-        election._term_lost(lease, str(info.get("reason", "expired")))
+    term_lost = _terms.get(lease)
+    if term_lost is not None:
+        term_lost(lease, str(info.get("reason", "expired")))
 
 
 class Election:
@@ -195,7 +196,7 @@ class Election:
 
     def _elected(self, lease: Lease) -> Lease:
         with _registry_lock:
-            _terms[lease] = self
+            _terms[lease] = self._term_lost
         with self._lock:
             self._term = lease
         self._write_next = True  # after this term, the first look writes

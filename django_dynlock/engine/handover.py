@@ -18,89 +18,76 @@ import os
 import socket
 import threading
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import InvalidArgument, LockLost
+from ..exceptions import LockLost, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from .clock import monotonic
-from .holding import Holding
-from .lease import Lease
+from .clock import ServerClock, monotonic
+from .holding import Keeper, released_by
+from .keylocks import KeyLocks
+from .lease import Handover, Lease, LeaseClient
+from .options import ClientOptions
+from .stamps import Stamper
+from .store import Store
 
 logger = logging.getLogger("django_dynlock")
 
-__all__ = ["Handover", "HandingOver"]
+__all__ = ["Handover", "Handovers"]
 
 
-@dataclass(frozen=True)
-class Handover:
-    """A lease on its way to another process: its key, owner id, token and the
-    sequence number of its last write. ``as_dict()``/``from_dict()`` carry it in a
-    message (all values strings, so any serializer keeps them exact)."""
+class Handovers:
+    """``LockClient.adopt`` and ``LockClient.release_handover`` (``Lease.hand_over`` is the Keeper's, holding.py).
 
-    key: str
-    owner: str
-    token: int
-    seq: int
+    Holds nothing of its own: one per client and process, over that process's store,
+    clock and stamper. It calls them, the in-process gate, and the keeper, which holds
+    an adopted lease from then on; ``busy_here`` is the client's answer to a key this
+    process already holds, the same as an acquire's.
+    """
 
-    def as_dict(self) -> dict[str, str]:
-        return {"key": self.key, "owner": self.owner, "token": str(self.token), "seq": str(self.seq)}
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        client: LeaseClient,
+        store: Store,
+        clock: ServerClock,
+        stamper: Stamper,
+        keeper: Keeper,
+        keylocks: KeyLocks,
+        busy_here: Callable[[str, str, float], LockNotAcquired],
+    ):
+        self.options = options
+        self.client = client  # what an adopted lease knows as its client: the facade
+        self.store = store
+        self.clock = clock
+        self.stamper = stamper
+        self.keeper = keeper
+        self.keylocks = keylocks
+        self.busy_here = busy_here
 
-    @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> Handover:
-        """The Handover of ``as_dict()``; InvalidArgument if ``data`` is not one."""
-        try:
-            key, owner = data["key"], data["owner"]
-            token, seq = int(data["token"]), int(data["seq"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise InvalidArgument(f"not a lease handover: {data!r}") from exc
-        if not (isinstance(key, str) and key and isinstance(owner, str) and owner) or seq < 1:
-            raise InvalidArgument(f"not a lease handover: {data!r}")
-        return cls(key=key, owner=owner, token=token, seq=seq)
-
-
-class HandingOver(Holding):
-    """``Lease.hand_over``, ``LockClient.adopt`` and ``LockClient.release_handover``."""
-
-    def _hand_over(self, lease: Lease, keep: float | None) -> Handover:
-        self._check_open()
-        lease.raise_if_lost()
-        with lease.upkeep.renew_lock:
-            if keep is not None:
-                # One renewal write: the lease now ends `keep` seconds ahead, whoever renews it next.
-                self._renew_once(lease, self._lease_seconds(keep))
-            handover = Handover(key=lease.key, owner=lease.owner, token=lease.token, seq=lease.upkeep.seq)
-            # From here on this process neither renews nor releases it.
-            lease.upkeep.mark_released()
-        self._stop_holding(lease)
-        held = monotonic() - lease.acquired_monotonic
-        logger.debug("handed over %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
-        self._emit("released", lease, held=held)
-        return handover
-
-    def _adopt(self, handover: Handover, lease_seconds: float) -> Lease:
+    def adopt(self, handover: Handover, lease_seconds: float) -> Lease:
         stored = self.options.prefixed(handover.key)
-        if not self._keylocks.enter(stored, 0.0):
-            raise self._busy_here(handover.key, stored, monotonic())
+        if not self.keylocks.enter(stored, 0.0):
+            raise self.busy_here(handover.key, stored, monotonic())
         try:
             lease = self._adopt_remote(handover, stored, lease_seconds)
         except BaseException:
-            self._keylocks.leave(stored)
+            self.keylocks.leave(stored)
             raise
-        self._start_holding(lease, waited=0.0)
+        self.keeper.start(lease, waited=0.0)
         return lease
 
     def _adopt_remote(self, handover: Handover, stored: str, lease_seconds: float) -> Lease:
         seq = handover.seq + 1
         rvn = uuid.uuid4().hex
-        self._learn_clock(stored)
+        self.stamper.learn_clock(stored)
         clock_was_known = self.clock.known
         sent = monotonic()
-        stamp = self._stamp(sent)
+        stamp = self.stamper.stamp(sent)
         request = rq.adopt(
             self.options,
             stored,
@@ -114,26 +101,27 @@ class HandingOver(Holding):
             host=socket.gethostname(),
             pid=os.getpid(),
             thread=threading.current_thread().name,
-            watch_only=self._watch_only(),
+            watch_only=self.stamper.watch_only(),
         )
         try:
-            reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
+            reply = self.store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
             item = reply.get("Attributes", {})
         except ClientError as exc:
-            item = self._store.old_item(exc, stored) or {}
+            item = self.store.old_item(exc, stored) or {}
             # Our own earlier try, its reply lost, wrote this rvn; anyone else's write did not.
             if not (item.get(it.OWNER, {}).get("S") == handover.owner and item.get(it.RVN, {}).get("S") == rvn):
                 raise self._not_adopted(handover, item) from None
-        info = self._info(item)
+        info = self.keeper.info(item)
         lease = Lease(
-            self._as_client,
+            self.client,
+            keeper=self.keeper,
             key=handover.key,
             stored_key=stored,
             owner=handover.owner,
             token=handover.token,
             lease_seconds=lease_seconds,
             sent_at=sent,
-            ends_at=self._holder_end(sent, lease_seconds, stamp + lease_seconds),
+            ends_at=self.stamper.holder_end(sent, lease_seconds, stamp + lease_seconds),
             seq=seq,
             holder=dict(info.holder) if info is not None else None,
         )
@@ -143,7 +131,7 @@ class HandingOver(Holding):
         # came too late to use: one renewal by DynamoDB's clock, as acquire restamps. A
         # lease that ended before it could be handed out is never returned.
         with lease.upkeep.renew_lock:
-            applied, now_item = self._renew_write(lease, lease_seconds)
+            applied, now_item = self.keeper.renew_write(lease, lease_seconds)
         if not applied:
             raise self._not_adopted(handover, now_item or {})
         if not lease.is_held:
@@ -151,7 +139,7 @@ class HandingOver(Holding):
         return lease
 
     def _not_adopted(self, handover: Handover, item: Mapping[str, Any]) -> LockLost:
-        info = self._info(item)
+        info = self.keeper.info(item)
         if info is not None and info.owner == handover.owner and info.token == handover.token:
             # Same acquisition, later write: another process adopted it first.
             return LockLost(handover.key, handover.token, "taken", "the lease was adopted by another process")
@@ -162,29 +150,20 @@ class HandingOver(Holding):
         detail = f"now held with token {info.token}" if info is not None and info.owner else "the lock item is gone"
         return LockLost(handover.key, handover.token, "taken", detail)
 
-    def _release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
+    def release_handover(self, handover: Handover, *, even_if_adopted: bool = False) -> bool:
         stored = self.options.prefixed(handover.key)
         try:
-            self._store.call(
+            self.store.call(
                 "update_item",
                 "release a handed-over lease",
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **self._release_request(
+                **self.keeper.release_request(
                     stored, handover.owner, handover.token, handed_seq=None if even_if_adopted else handover.seq
                 ),
             )
         except ClientError as exc:
-            item = self._store.old_item(exc, stored)
-            slot, tag = it.release_slot(handover.owner)
             # Released under this owner id already: by an adopter, or by an earlier try of
             # ours. Still held under it with a later seq: adopted, and the adopter's.
-            return bool(
-                item
-                and (
-                    item.get(it.RELEASED_BY, {}).get("S") == handover.owner
-                    or item.get(slot, {}).get("S") == tag
-                    or it.in_ring(item, tag)
-                )
-            )
+            return released_by(handover.owner, self.store.old_item(exc, stored))
         logger.debug("released the handed-over lease of %r (token %s)", handover.key, handover.token)
         return True

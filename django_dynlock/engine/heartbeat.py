@@ -119,7 +119,7 @@ class Heartbeater(_Timeline["Lease"]):
 
     def alarm(self, due: float, callback: Callable[[], None]) -> None:
         """Call ``callback`` at monotonic ``due``, on the client's alarm thread: this
-        thread may be waiting on a request then (Holding._lose_on_time)."""
+        thread may be waiting on a request then (Keeper._lose_on_time)."""
         self._alarms.add(due, callback)
 
     def retry(self, due: float, task: Callable[[], float | None]) -> None:
@@ -176,7 +176,7 @@ class Alarms(_Timeline[Callable[[], None]]):
 
 
 class Retries(_Timeline[Callable[[], "float | None"]]):
-    """Tasks tried again until they are done (Undoing._undo_later). Not on the heartbeat
+    """Tasks tried again until they are done (Undoer._undo_later). Not on the heartbeat
     thread: a try that hangs until its request times out, in an outage, must not hold up
     the renewals of the leases held."""
 

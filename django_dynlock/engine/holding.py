@@ -1,12 +1,19 @@
-"""Holding a lease: renewals, their failures, releases, and making sure a lost lease leaves no late write."""
+"""Holding a lease: renewals, their failures, releases, and making sure a lost lease leaves no late write.
+
+The ``Keeper`` owns the leases a client holds in its process, and its heartbeat thread.
+It is what a ``Lease`` talks to (``lease.LeaseKeeper``: extend, keep_for, hand_over,
+release) and what the acquirers hand a new lease to (``start``). It calls the store, the
+client's ``Stamper`` and ``Events``, and ``KeyLocks.leave``; nothing above it.
+"""
 
 from __future__ import annotations
 
 import logging
 import os
 import random
+import threading
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from botocore.exceptions import ClientError
@@ -14,10 +21,15 @@ from botocore.exceptions import ClientError
 from ..exceptions import DynLockError, LockLost
 from . import items as it
 from . import requests as rq
-from .base import ClientBase
-from .clock import monotonic
-from .lease import Lease, LeaseState
-from .options import call_budget, check_seconds
+from .clock import ServerClock, monotonic
+from .events import Events
+from .heartbeat import THREAD_NAME_PREFIX, Heartbeater
+from .items import LeaseInfo
+from .keylocks import KeyLocks
+from .lease import Handover, Lease, LeaseState
+from .options import ClientOptions, call_budget, check_seconds
+from .stamps import Stamper
+from .store import Store
 from .text import printable
 
 logger = logging.getLogger("django_dynlock")
@@ -28,15 +40,87 @@ RELEASE_RETRY_FOR = 600.0
 EXPIRED = "no successful renewal within the lease (DynamoDB unreachable?)"
 
 # Seconds a throttled renewal is tried again (MAX_RETRY_DELAY apart) before its lease is
-# at risk, within a third of its validity (Holding._renewal_patience). Waiters throttled
+# at risk, within a third of its validity (Keeper._renewal_patience). Waiters throttled
 # on the same key back off (waiting.py): the holder's renewals keep priority.
 RENEWAL_PATIENCE = 1.0
 
 
-class Holding(ClientBase):
-    """Renew, extend and release held leases; notice and report their loss."""
+class Keeper:
+    """Renew, extend and release held leases; notice and report their loss.
 
-    def _renew_write(self, lease: Lease, lease_seconds: float) -> tuple[bool, dict[str, Any] | None]:
+    One per client, for its whole life; ``start_process`` gives it the state of the
+    current process (a forked child holds none of its parent's leases, and a lock
+    another thread held at fork stays held for ever: the child's are new).
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        events: Events,
+        *,
+        check_open: Callable[[], None],
+        is_closed: Callable[[], bool],
+    ):
+        self.options = options
+        self.events = events
+        self._check_open = check_open
+        self._is_closed = is_closed
+
+    def start_process(self, store: Store, clock: ServerClock, stamper: Stamper, keylocks: KeyLocks) -> None:
+        """This process's state: none of the leases another process held (see after_fork)."""
+        self.store = store
+        self.clock = clock
+        self.stamper = stamper
+        self.keylocks = keylocks
+        self.pid = os.getpid()
+        self._lock = threading.Lock()
+        self.held: set[Lease] = set()
+        self.heartbeater = Heartbeater(self.heartbeat, name=THREAD_NAME_PREFIX + self.options.alias)
+
+    def after_fork(self) -> None:
+        """In a forked child, before start_process: the parent keeps renewing its leases,
+        and the child must neither renew nor release them."""
+        for lease in list(self.held):
+            lease.upkeep.after_fork()
+            lease.upkeep.mark_lost("fork", "a forked child does not own its parent's leases")
+
+    def period(self, lease_seconds: float) -> float:
+        return min(self.options.heartbeat_period, lease_seconds / 3.0)
+
+    def start(self, lease: Lease, *, waited: float) -> None:
+        """Hold ``lease``: it is among held(), renewed, and its holder told (``acquired``)."""
+        with self._lock:
+            self.held.add(lease)
+        self.heartbeater.add(lease, self._first_heartbeat(lease))
+        logger.debug(
+            "acquired %r (token %s) after %.3fs and %d look(s)", lease.key, lease.token, waited, lease.upkeep.looks
+        )
+        self.events.emit("acquired", lease, waited=waited)
+
+    def renew_early(self, lease: Lease) -> None:
+        """Renew ``lease`` before it is held (acquire_many's keys until all are ours)."""
+        self.heartbeater.add(lease, self._first_heartbeat(lease))
+
+    def _first_heartbeat(self, lease: Lease) -> float:
+        # The first renewal comes early if the first write left a short validity.
+        return min(self.period(lease.lease_seconds), max(lease.remaining() / 2, self.options.min_retry_delay))
+
+    def stop(self, lease: Lease) -> None:
+        """No longer hold ``lease`` in this process: no renewals, its key free to this process's threads."""
+        with self._lock:
+            if lease not in self.held:
+                return
+            self.held.discard(lease)
+        self.keylocks.leave(lease.stored_key)
+        self.heartbeater.discard(lease)
+
+    def info(self, item: Mapping[str, Any] | None) -> LeaseInfo | None:
+        """The item as a LeaseInfo (None for no item), read with this client's key attribute and prefix."""
+        if not item:
+            return None
+        return LeaseInfo.from_item(item, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix)
+
+    def renew_write(self, lease: Lease, lease_seconds: float) -> tuple[bool, dict[str, Any] | None]:
         """One renewal write: (True, None) when applied, else (False, the item that shows it is not ours).
 
         Raises DynLockError when DynamoDB cannot be reached. The caller holds
@@ -44,7 +128,7 @@ class Holding(ClientBase):
         """
         seq = lease.upkeep.seq = lease.upkeep.seq + 1
         sent = monotonic()
-        stamp = self._stamp(sent)
+        stamp = self.stamper.stamp(sent)
         expires = stamp + lease_seconds
         try:
             request = rq.renew(
@@ -55,17 +139,17 @@ class Holding(ClientBase):
                 seq=seq,
                 lease_seconds=lease_seconds,
                 stamp=stamp,
-                watch_only=self._watch_only(),
+                watch_only=self.stamper.watch_only(),
             )
-            self._store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
+            self.store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
         except ClientError as exc:
-            item = self._store.old_item(exc, lease.stored_key)
+            item = self.store.old_item(exc, lease.stored_key)
             # Still ours with this write's number (or a later one): an earlier try of this
             # same write was applied and its reply lost.
             if not (item and item.get(it.OWNER, {}).get("S") == lease.owner and (it.number(item, it.SEQ) or 0) >= seq):
                 return False, item
-        if lease.upkeep.renewed(sent, lease_seconds, self._holder_end(sent, lease_seconds, expires)):
-            self._emit("recovered", lease)
+        if lease.upkeep.renewed(sent, lease_seconds, self.stamper.holder_end(sent, lease_seconds, expires)):
+            self.events.emit("recovered", lease)
         return True, None
 
     def _renewal_patience(self, lease: Lease) -> float:
@@ -74,25 +158,25 @@ class Holding(ClientBase):
         renews the client's other leases too)."""
         return max(0.0, min(RENEWAL_PATIENCE, (lease.valid_until - monotonic()) / 3))
 
-    def _renew_once(self, lease: Lease, lease_seconds: float) -> None:
+    def renew_once(self, lease: Lease, lease_seconds: float) -> None:
         """One renewal; raises LockLost if the lease is gone, DynLockError on failure."""
-        applied, item = self._renew_write(lease, lease_seconds)
+        applied, item = self.renew_write(lease, lease_seconds)
         if not applied:
-            reason, detail = self._why_not_ours(lease, item)
-            self._lose(lease, reason, detail)
+            reason, detail = self.why_not_ours(lease, item)
+            self.lose(lease, reason, detail)
             raise lease.upkeep.lost or LockLost(lease.key, lease.token, reason, detail)
 
-    def _lose(self, lease: Lease, reason: str, detail: str) -> None:
+    def lose(self, lease: Lease, reason: str, detail: str) -> None:
         """Mark a lease lost, free its in-process key lock and tell the listeners (once)."""
         if lease.upkeep.mark_lost(reason, detail):
             logger.warning("%r lost: %s", lease, lease.upkeep.lost)
-            self._stop_holding(lease)
-            self._emit("lost", lease, reason=reason)
+            self.stop(lease)
+            self.events.emit("lost", lease, reason=reason)
             if reason in ("taken", "broken", "released"):  # the item shows it is not ours
-                self._disown(lease)
+                self.disown(lease)
 
-    def _why_not_ours(self, lease: Lease, item: Mapping[str, Any] | None) -> tuple[str, str]:
-        info = self._info(item)
+    def why_not_ours(self, lease: Lease, item: Mapping[str, Any] | None) -> tuple[str, str]:
+        info = self.info(item)
         if info is None:
             return "taken", "the lock item is gone"
         if info.owner is None and info.was_broken:
@@ -103,13 +187,13 @@ class Holding(ClientBase):
             return "released", "the lease was released"
         return "taken", printable(f"now held by {info.describe()} with token {info.token}")
 
-    def _extend(self, lease: Lease, lease_seconds: float | None) -> None:
+    def extend(self, lease: Lease, lease_seconds: float | None) -> None:
         self._check_open()
-        new = self._lease_seconds(lease_seconds if lease_seconds is not None else lease.lease_seconds)
+        new = _lease_seconds(lease_seconds if lease_seconds is not None else lease.lease_seconds)
         lease.raise_if_lost()
         self._renew_for_caller(lease, new)
         # The next renewal follows the new lease's period, not the old one's.
-        self._heartbeater.add(lease, self._period(new))
+        self.heartbeater.add(lease, self.period(new))
 
     def _renew_for_caller(self, lease: Lease, lease_seconds: float) -> None:
         """extend()'s and keep_for()'s write, on the caller's thread.
@@ -122,14 +206,14 @@ class Holding(ClientBase):
         """
         with lease.upkeep.renew_lock:
             try:
-                self._renew_once(lease, lease_seconds)
+                self.renew_once(lease, lease_seconds)
             except DynLockError:
                 raise
             except BaseException:
-                self._heartbeater.schedule(lease, monotonic())
+                self.heartbeater.schedule(lease, monotonic())
                 raise
 
-    def _keep_for(self, lease: Lease, seconds: float) -> None:
+    def keep_for(self, lease: Lease, seconds: float) -> None:
         self._check_open()
         seconds = check_seconds("seconds", seconds)  # type: ignore[assignment]
         lease.raise_if_lost()
@@ -137,35 +221,52 @@ class Holding(ClientBase):
         # From here on nobody renews or releases it: the lease simply runs out, and any
         # acquire takes the key once its expiry has passed by DynamoDB's clock.
         lease.upkeep.mark_released()
-        self._stop_holding(lease)
+        self.stop(lease)
         held = monotonic() - lease.acquired_monotonic
         logger.debug(
             "left %r (token %s) to run out in %.3fs, after holding it %.3fs", lease.key, lease.token, seconds, held
         )
-        self._emit("released", lease, held=held)
+        self.events.emit("released", lease, held=held)
 
-    def _heartbeat(self, lease: Lease) -> float | None:
+    def hand_over(self, lease: Lease, keep: float | None) -> Handover:
+        """``Lease.hand_over``: stop renewing and releasing ``lease`` here (handover.py for the receiving side)."""
+        self._check_open()
+        lease.raise_if_lost()
+        with lease.upkeep.renew_lock:
+            if keep is not None:
+                # One renewal write: the lease now ends `keep` seconds ahead, whoever renews it next.
+                self.renew_once(lease, _lease_seconds(keep))
+            handover = Handover(key=lease.key, owner=lease.owner, token=lease.token, seq=lease.upkeep.seq)
+            # From here on this process neither renews nor releases it.
+            lease.upkeep.mark_released()
+        self.stop(lease)
+        held = monotonic() - lease.acquired_monotonic
+        logger.debug("handed over %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
+        self.events.emit("released", lease, held=held)
+        return handover
+
+    def heartbeat(self, lease: Lease) -> float | None:
         """Renew one lease for the heartbeat thread; return the delay to the next renewal."""
         if lease.upkeep.release_pending:
             lease.upkeep.release_pending = False
-            self._release_remote(lease, quiet=True)  # schedules itself again if it fails again
+            self.release_remote(lease, quiet=True)  # schedules itself again if it fails again
             return None
-        if not lease.needs_renewal or self._closed:
+        if not lease.needs_renewal or self._is_closed():
             return None
-        period = self._period(lease.lease_seconds)
+        period = self.period(lease.lease_seconds)
         if monotonic() >= lease.valid_until:
-            self._lose(lease, "expired", EXPIRED)
+            self.lose(lease, "expired", EXPIRED)
             return None
         self._lose_on_time(lease)
         try:
             with lease.upkeep.renew_lock:
-                self._renew_once(lease, lease.lease_seconds)
+                self.renew_once(lease, lease.lease_seconds)
         except LockLost:
             return None
         except DynLockError as exc:
             if lease.upkeep.mark_at_risk():
                 logger.warning("renewing %r failed, lease at risk: %s", lease, exc)
-                self._emit("at_risk", lease, error=exc)
+                self.events.emit("at_risk", lease, error=exc)
             # Retry well before the lease runs out; the loop marks it lost at its end.
             return self._retry_delay(lease)
         return period * random.uniform(0.85, 1.0)
@@ -189,60 +290,60 @@ class Holding(ClientBase):
         if left > longest or lease.upkeep.watched_end == end:
             return
         lease.upkeep.watched_end = end
-        self._heartbeater.alarm(end, lambda: self._lose_if_ended(lease, end))
+        self.heartbeater.alarm(end, lambda: self._lose_if_ended(lease, end))
 
     def _lose_if_ended(self, lease: Lease, end: float) -> None:
         # A renewal that succeeded meanwhile moved the end: nothing was lost.
-        if lease.needs_renewal and lease.valid_until == end and monotonic() >= end and not self._closed:
-            self._lose(lease, "expired", EXPIRED)
+        if lease.needs_renewal and lease.valid_until == end and monotonic() >= end and not self._is_closed():
+            self.lose(lease, "expired", EXPIRED)
 
     def _retry_delay(self, lease: Lease) -> float:
         left = max(0.0, lease.valid_until - monotonic())
-        return max(self.options.min_retry_delay, min(self._period(lease.lease_seconds) / 3, left / 3))
+        return max(self.options.min_retry_delay, min(self.period(lease.lease_seconds) / 3, left / 3))
 
-    def _release(self, lease: Lease) -> None:
-        if os.getpid() != self._pid:
+    def release(self, lease: Lease) -> None:
+        if os.getpid() != self.pid:
             self._check_open()
         if lease.upkeep.state is LeaseState.RELEASED:
             raise LockLost(lease.key, lease.token, "released", "release() was already called")
         try:
             if lease.upkeep.state is LeaseState.LOST and lease.lost_reason != "expired":
                 raise lease.upkeep.lost or LockLost(lease.key, lease.token, "taken")
-            if self._closed:
+            if self._is_closed():
                 raise LockLost(lease.key, lease.token, "expired", "the lock client was closed before release")
             # Ran out before release: free the key if nobody took it, and say so all the same.
             expired = not lease.is_held
-            self._release_remote(lease, quiet=False)
+            self.release_remote(lease, quiet=False)
             if expired:
-                self._lose(
+                self.lose(
                     lease, "expired", "the lease ran out before release(): the work may have overlapped another holder"
                 )
                 raise lease.upkeep.lost or LockLost(lease.key, lease.token, "expired")
         finally:
             lease.upkeep.mark_released()
-            self._stop_holding(lease)
+            self.stop(lease)
         held = monotonic() - lease.acquired_monotonic
         logger.debug("released %r (token %s) after holding it %.3fs", lease.key, lease.token, held)
-        self._emit("released", lease, held=held)
+        self.events.emit("released", lease, held=held)
 
-    def _release_remote(self, lease: Lease, *, quiet: bool, attempts: int | None = None) -> None:
+    def release_remote(self, lease: Lease, *, quiet: bool, attempts: int | None = None) -> None:
         """The release write. On success the item keeps its fence and loses its owner.
 
         ``quiet`` (a retry in the background): never raises, and stops once the item
         shows the key is no longer ours. ``attempts``: tries of each request (the call's
-        default if None; one where an acquire gives its keys back, see Undoing._undo).
+        default if None; one where an acquire gives its keys back, see Undoer.undo).
         """
         try:
-            self._store.call(
+            self.store.call(
                 "update_item",
                 "release a lock",
                 attempts=attempts,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
-                **self._release_request(lease.stored_key, lease.owner, lease.token),
+                **self.release_request(lease.stored_key, lease.owner, lease.token),
             )
         except ClientError as exc:
             try:
-                item = self._store.old_item(exc, lease.stored_key, attempts=attempts)
+                item = self.store.old_item(exc, lease.stored_key, attempts=attempts)
             except DynLockError as read_error:
                 # Our release may well have been applied (its reply lost); we cannot tell
                 # now. Trying it again will: it recognises its own earlier success.
@@ -250,52 +351,38 @@ class Holding(ClientBase):
                     logger.warning(
                         "could not confirm the release of %r, retrying in the background: %s", lease, read_error
                     )
-                self._release_later(lease)
+                self.release_later(lease)
                 return
             if self._released_by_us(lease, item):
                 return
-            reason, detail = self._why_not_ours(lease, item)
+            reason, detail = self.why_not_ours(lease, item)
             if quiet:
                 # Taken or broken meanwhile: release() had returned, so this is the holder's
                 # only word of it (docs/protocol.md, "Release").
                 logger.warning("%r ended before its release got through: %s; %s", lease, reason, detail)
-                self._emit("lost", lease, reason=reason)
-                self._disown(lease)
+                self.events.emit("lost", lease, reason=reason)
+                self.disown(lease)
                 return
-            self._lose(lease, reason, detail)
+            self.lose(lease, reason, detail)
             raise lease.upkeep.lost or LockLost(lease.key, lease.token, reason, detail) from None
         except DynLockError as exc:
             if not quiet:
                 # The work ran under a valid lease; only freeing it early failed.
                 logger.warning("could not release %r, retrying in the background: %s", lease, exc)
-            self._release_later(lease)
+            self.release_later(lease)
         except BaseException:
             # Raised into the request by the caller's own code (KeyboardInterrupt, a signal
             # handler, a task's soft time limit): it reaches the caller, and the release,
             # which may not have landed, goes on in the background.
-            self._release_later(lease)
+            self.release_later(lease)
             raise
 
     @staticmethod
     def _released_by_us(lease: Lease, item: Mapping[str, Any] | None) -> bool:
-        """Whether a release whose condition failed had an earlier try of its own applied.
+        """Whether a release whose condition failed had an earlier try of its own applied (see released_by)."""
+        return released_by(lease.owner, item)
 
-        That try, its reply lost, wrote our owner id, and our tag into our release slot
-        and into our fence's place in the release ring (items.RING), which the releases
-        of the next holders keep. Breaks and takeovers write none of them.
-        (Guessing from the fence instead read a break followed by another holder's
-        acquire and release as our own release: issue 13, finding 3.)
-        """
-        if not item:
-            return False
-        slot, tag = it.release_slot(lease.owner)
-        return (
-            item.get(it.RELEASED_BY, {}).get("S") == lease.owner
-            or item.get(slot, {}).get("S") == tag
-            or it.in_ring(item, tag)
-        )
-
-    def _release_request(
+    def release_request(
         self, stored: str, owner: str, fence: int | None = None, *, handed_seq: int | None = None
     ) -> dict[str, Any]:
         """The release write of ``owner`` (see requests.release)."""
@@ -304,7 +391,7 @@ class Holding(ClientBase):
             self.options, stored, owner=owner, fence=fence, rvn=uuid.uuid4().hex, now=now, handed_seq=handed_seq
         )
 
-    def _release_later(self, lease: Lease) -> None:
+    def release_later(self, lease: Lease) -> None:
         """Have the heartbeat thread try a failed release again, until it is confirmed.
 
         Safe to repeat at any time: the release is conditioned on our owner id and
@@ -315,17 +402,17 @@ class Holding(ClientBase):
         now = monotonic()
         if lease.upkeep.release_since is None:
             lease.upkeep.release_since = now
-        if self._closed or now - lease.upkeep.release_since >= RELEASE_RETRY_FOR:
+        if self._is_closed() or now - lease.upkeep.release_since >= RELEASE_RETRY_FOR:
             logger.warning("gave up releasing %r: others take it over once its expiry has passed", lease)
             return
         delay = min(
-            self._period(lease.lease_seconds), self.options.min_retry_delay * 2 ** min(lease.upkeep.release_tries, 16)
+            self.period(lease.lease_seconds), self.options.min_retry_delay * 2 ** min(lease.upkeep.release_tries, 16)
         )
         lease.upkeep.release_tries += 1
         lease.upkeep.release_pending = True
-        self._heartbeater.schedule(lease, now + delay)
+        self.heartbeater.schedule(lease, now + delay)
 
-    def _end_owner(
+    def end_owner(
         self,
         stored: str,
         owner: str,
@@ -349,16 +436,37 @@ class Holding(ClientBase):
         which these marks must never look like. ``release`` replaces the owner's own
         release write.
         """
-        marked = self._store.try_update(
+        marked = self.store.try_update(
             action,
             attempts=attempts,
             **rq.mark_slot(self.options, stored, owner=owner, mark=mark, now=self.clock.now()),
         )
         if marked is not None:  # else DynamoDB cannot be reached: the release would not get through either
-            self._store.try_update(action, attempts=attempts, **(release or self._release_request(stored, owner)))
+            self.store.try_update(action, attempts=attempts, **(release or self.release_request(stored, owner)))
 
-    def _disown(self, lease: Lease) -> None:
+    def disown(self, lease: Lease) -> None:
         """After a lease was taken from us or broken: no late write of ours may hold the key (two writes, on losses only)."""
         if not lease.upkeep.disowned:
             lease.upkeep.disowned = True
-            self._end_owner(lease.stored_key, lease.owner, "make sure a lost lease leaves no late write", mark="lost:")
+            self.end_owner(lease.stored_key, lease.owner, "make sure a lost lease leaves no late write", mark="lost:")
+
+
+def _lease_seconds(value: float) -> float:
+    return check_seconds("lease", value)  # type: ignore[return-value]
+
+
+def released_by(owner: str, item: Mapping[str, Any] | None) -> bool:
+    """Whether the item shows a release by ``owner``: a release whose condition failed
+    had an earlier try of its own applied, or a handed-over lease was released by its
+    adopter or by an earlier try of ours.
+
+    That try, its reply lost, wrote the owner id, and its tag into its release slot
+    and into its fence's place in the release ring (items.RING), which the releases
+    of the next holders keep. Breaks and takeovers write none of them.
+    (Guessing from the fence instead read a break followed by another holder's
+    acquire and release as our own release: issue 13, finding 3.)
+    """
+    if not item:
+        return False
+    slot, tag = it.release_slot(owner)
+    return item.get(it.RELEASED_BY, {}).get("S") == owner or item.get(slot, {}).get("S") == tag or it.in_ring(item, tag)

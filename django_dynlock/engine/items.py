@@ -14,8 +14,6 @@ from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from typing import Any
 
-from ..exceptions import InvalidArgument
-
 OWNER = "owner"
 RVN = "rvn"
 # Orders one acquisition's writes: each carries a higher number than the one before and
@@ -97,23 +95,9 @@ HOLDER_VALUE_BYTES = 1024
 HOLDER_BYTES = 4096
 
 
-def _cut(value: object) -> str:
-    """``value`` as text of at most HOLDER_VALUE_BYTES in UTF-8, cut at a character."""
-    return str(value).encode("utf-8", "replace")[:HOLDER_VALUE_BYTES].decode("utf-8", "ignore")
-
-
-def holder_map(holder: Mapping[str, Any] | None) -> dict[str, Any]:
-    """Holder metadata as a DynamoDB map of strings (None values are dropped); raises
-    InvalidArgument when it is over HOLDER_BYTES, before any request."""
-    shown = {str(k): _cut(v) for k, v in (holder or {}).items() if v is not None}
-    size = sum(len(k.encode("utf-8", "replace")) + len(v.encode("utf-8")) for k, v in shown.items())
-    if size > HOLDER_BYTES:
-        raise InvalidArgument(
-            f"holder metadata is {size} bytes (names and values, each value cut to "
-            f"{HOLDER_VALUE_BYTES}); at most {HOLDER_BYTES} are stored with a lease: "
-            "keep it to who holds the lock and why"
-        )
-    return {"M": {k: {"S": v} for k, v in shown.items()}}
+def unprefix(prefix: str, stored: str) -> str:
+    """A stored key as it was given: without the alias' ``KEY_PREFIX``."""
+    return stored[len(prefix) :] if prefix and stored.startswith(prefix) else stored
 
 
 def number(item: Mapping[str, Any], name: str) -> float | None:
@@ -288,8 +272,6 @@ class LeaseInfo:
     @classmethod
     def from_item(cls, item: Mapping[str, Any], *, key_attribute: str, key_prefix: str) -> LeaseInfo:
         """Never raises: what cannot be read is None, and is named in ``problems``."""
-        from .keys import unprefix
-
         read = _Reader(item)
         stored = read.string(key_attribute) or ""
         if not any(name in item for name in _OURS):

@@ -2,14 +2,23 @@
 
 A thread takes the key's lock here before it goes to DynamoDB and keeps it for as
 long as it holds the lease. So threads of one process waiting for the same key do not each
-poll DynamoDB, and a release in this process hands over to a local waiter at once.
+poll DynamoDB, and a release in this process hands over to a local waiter at once. A
+coroutine waits for a key with ``enter_async``, which holds no thread while it waits.
 """
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from collections.abc import Callable
 from typing import Any
+
+from .clock import monotonic
+
+
+def _settle(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class KeyLocks:
@@ -29,6 +38,32 @@ class KeyLocks:
         if not entered:
             self._unref(key)
         return entered
+
+    async def enter_async(self, key: str, until: float) -> bool:
+        """``enter`` for a coroutine, until monotonic ``until``: it is not waited on with a
+        blocked thread per coroutine (what the async path exists to avoid); a coroutine
+        that finds the key taken sleeps until it is left, or ``until`` has passed."""
+        loop = asyncio.get_running_loop()
+        while not self.enter(key, 0):
+            now = monotonic()
+            if now >= until:
+                return False
+            left: asyncio.Future[None] = loop.create_future()
+
+            def on_leave(left: asyncio.Future[None] = left) -> None:
+                try:
+                    loop.call_soon_threadsafe(_settle, left)
+                except RuntimeError:  # the loop has closed: nobody waits any more
+                    pass
+
+            unwatch = self.watch(key, on_leave)
+            try:
+                if self.enter(key, 0):  # left between our look and the watch
+                    return True
+                await asyncio.wait([left], timeout=until - now)
+            finally:
+                unwatch()
+        return True
 
     def leave(self, key: str) -> None:
         with self._lock:

@@ -27,7 +27,3 @@ def validate_key(prefix: str, key: object) -> str:
             f"{MAX_KEY_BYTES} bytes for a partition key: hash long keys (e.g. hashlib.sha256)"
         )
     return stored
-
-
-def unprefix(prefix: str, stored: str) -> str:
-    return stored[len(prefix) :] if prefix and stored.startswith(prefix) else stored

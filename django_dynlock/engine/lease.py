@@ -14,21 +14,68 @@ from __future__ import annotations
 import enum
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Self
+from typing import TYPE_CHECKING, Any, Protocol, Self
 
-from ..exceptions import DynLockError, LockLost
+from ..exceptions import DynLockError, InvalidArgument, LockLost
 from .clock import monotonic
 from .items import LeaseInfo
 
 if TYPE_CHECKING:
-    from .client import LockClient
-    from .handover import Handover
+    from .options import ClientOptions
 
 logger = logging.getLogger("django_dynlock")
 
-__all__ = ["Lease", "LeaseGroup", "LeaseInfo", "LeaseState", "Upkeep"]
+__all__ = ["Handover", "Lease", "LeaseClient", "LeaseGroup", "LeaseInfo", "LeaseKeeper", "LeaseState", "Upkeep"]
+
+
+@dataclass(frozen=True)
+class Handover:
+    """A lease on its way to another process: its key, owner id, token and the
+    sequence number of its last write. ``as_dict()``/``from_dict()`` carry it in a
+    message (all values strings, so any serializer keeps them exact)."""
+
+    key: str
+    owner: str
+    token: int
+    seq: int
+
+    def as_dict(self) -> dict[str, str]:
+        return {"key": self.key, "owner": self.owner, "token": str(self.token), "seq": str(self.seq)}
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Handover:
+        """The Handover of ``as_dict()``; InvalidArgument if ``data`` is not one."""
+        try:
+            key, owner = data["key"], data["owner"]
+            token, seq = int(data["token"]), int(data["seq"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise InvalidArgument(f"not a lease handover: {data!r}") from exc
+        if not (isinstance(key, str) and key and isinstance(owner, str) and owner) or seq < 1:
+            raise InvalidArgument(f"not a lease handover: {data!r}")
+        return cls(key=key, owner=owner, token=token, seq=seq)
+
+
+class LeaseClient(Protocol):
+    """What a lease knows of the client that holds it: its options, and a look at a key."""
+
+    options: ClientOptions
+
+    def get(self, key: str, *, include_released: bool = False) -> LeaseInfo | None: ...
+
+
+class LeaseKeeper(Protocol):
+    """Who keeps a lease while it is held (holding.Keeper): its writes go through it."""
+
+    def extend(self, lease: Lease, lease_seconds: float | None) -> None: ...
+
+    def keep_for(self, lease: Lease, seconds: float) -> None: ...
+
+    def hand_over(self, lease: Lease, keep: float | None) -> Handover: ...
+
+    def release(self, lease: Lease) -> None: ...
 
 
 class LeaseState(str, enum.Enum):  # noqa: UP042 (str(state) stays "LeaseState.HELD")
@@ -83,8 +130,9 @@ class Lease(_ReleasedOnExit):
 
     def __init__(
         self,
-        client: LockClient,
+        client: LeaseClient,
         *,
+        keeper: LeaseKeeper,
         key: str,
         stored_key: str,
         owner: str,
@@ -96,6 +144,7 @@ class Lease(_ReleasedOnExit):
         holder: dict[str, Any] | None = None,
     ):
         self._client = client
+        self._keeper = keeper
         #: The lock key, as given (without the alias' ``KEY_PREFIX``).
         self.key = key
         #: The key as stored in the table (with ``KEY_PREFIX``).
@@ -107,17 +156,13 @@ class Lease(_ReleasedOnExit):
         #: The holder metadata stored with the lease (a dict of strings).
         self.holder = dict(holder or {})
         self.acquired_monotonic = sent_at
-        self._lock = threading.Lock()
-        self._state = LeaseState.HELD
-        self._lost: LockLost | None = None
         self.lease_seconds = lease_seconds
-        self._valid_until = 0.0
         #: The lock client's side of this lease (not for holders): see :class:`Upkeep`.
         self.upkeep = Upkeep(self, seq)
         self.upkeep.renewed(sent_at, lease_seconds, ends_at)
 
     @property
-    def client(self) -> LockClient:
+    def client(self) -> LeaseClient:
         """The client that holds this lease."""
         return self._client
 
@@ -125,14 +170,16 @@ class Lease(_ReleasedOnExit):
     @property
     def valid_until(self) -> float:
         """The monotonic time (``monotonic()``) at which this holder must stop."""
-        return self._valid_until
+        return self.upkeep.valid_until
 
     @property
     def state(self) -> LeaseState:
         """:class:`LeaseState` now: ``LOST`` as soon as the validity has run out, renewal or not."""
-        if self._state in (LeaseState.HELD, LeaseState.AT_RISK) and monotonic() >= self._valid_until:
+        upkeep = self.upkeep
+        state = upkeep.state
+        if state in (LeaseState.HELD, LeaseState.AT_RISK) and monotonic() >= upkeep.valid_until:
             return LeaseState.LOST
-        return self._state
+        return state
 
     @property
     def is_held(self) -> bool:
@@ -143,7 +190,7 @@ class Lease(_ReleasedOnExit):
         """Seconds this holder may still act (0.0 once lost or released)."""
         if not self.is_held:
             return 0.0
-        return max(0.0, self._valid_until - monotonic())
+        return max(0.0, self.upkeep.valid_until - monotonic())
 
     def raise_if_lost(self) -> None:
         """Raise :class:`LockLost` unless this holder may still act. Call it before a side effect."""
@@ -152,11 +199,11 @@ class Lease(_ReleasedOnExit):
             return
         if state is LeaseState.RELEASED:
             raise LockLost(self.key, self.token, "released", "the lease was released")
-        raise self._lost or LockLost(self.key, self.token, "expired", "no successful renewal within the lease")
+        raise self.upkeep.lost or LockLost(self.key, self.token, "expired", "no successful renewal within the lease")
 
     @property
     def needs_renewal(self) -> bool:
-        return self._state in (LeaseState.HELD, LeaseState.AT_RISK)
+        return self.upkeep.state in (LeaseState.HELD, LeaseState.AT_RISK)
 
     @property
     def needs_heartbeat(self) -> bool:
@@ -169,12 +216,13 @@ class Lease(_ReleasedOnExit):
         ``"closed"``, ``"fork"``), or None while it is not lost."""
         if self.state is not LeaseState.LOST:
             return None
-        return self._lost.reason if self._lost else "expired"
+        lost = self.upkeep.lost
+        return lost.reason if lost else "expired"
 
     # -- network operations ------------------------------------------------------
     def extend(self, lease: float | None = None) -> None:
         """Renew now, optionally with a new duration: one conditional write."""
-        self._client._extend(self, lease)
+        self._keeper.extend(self, lease)
 
     def keep_for(self, seconds: float) -> None:
         """Stop renewing, and leave the lock held for ``seconds`` more (one write).
@@ -183,7 +231,7 @@ class Lease(_ReleasedOnExit):
         runs of the same schedule still find the key busy. Any acquire takes it once
         its stored expiry has passed by DynamoDB's clock.
         """
-        self._client._keep_for(self, seconds)
+        self._keeper.keep_for(self, seconds)
 
     def hand_over(self, keep: float | None = None) -> Handover:
         """Stop renewing and releasing this lease here, and return what another process
@@ -194,7 +242,7 @@ class Lease(_ReleasedOnExit):
         task). Without, no write: it ends at the expiry of its last write. Until then
         nobody can take the key but the receiver; after, anyone.
         """
-        return self._client._hand_over(self, keep)
+        return self._keeper.hand_over(self, keep)
 
     def release(self) -> None:
         """Release the lock (one conditional write).
@@ -202,7 +250,7 @@ class Lease(_ReleasedOnExit):
         Raises :class:`LockLost` if the lease had already ended (expired, taken over
         or broken): the protected work may have overlapped another holder.
         """
-        self._client._release(self)
+        self._keeper.release(self)
 
     def condition_check(self) -> dict[str, Any]:
         """A ``TransactWriteItems`` entry that fails unless this lease still holds its key.
@@ -245,24 +293,29 @@ class Upkeep:
         self.release_pending = False
         self.release_since: float | None = None
         self.release_tries = 0
-        # Whether the client has made sure no late write of ours holds the key (Holding._disown).
+        # Whether the client has made sure no late write of ours holds the key (Keeper.disown).
         self.disowned = False
         # When the heartbeat thread is next due for this lease (older heap entries are stale).
         self.heartbeat_due = 0.0
-        # The validity end an alarm already watches (Holding._lose_on_time): one alarm per end.
+        # The validity end an alarm already watches (Keeper._lose_on_time): one alarm per end.
         self.watched_end: float | None = None
         # How many looks at the key (writes, reads, transactions) its acquisition took: DEBUG's line.
         self.looks = 0
+        # The state as last set, and until when (monotonic) the holder may act, under this lock.
+        self.lock = threading.Lock()
+        self._state = LeaseState.HELD
+        self._lost: LockLost | None = None
+        self.valid_until = 0.0
 
     @property
     def state(self) -> LeaseState:
         """The state as last set, before the clock is consulted (``Lease.state`` does that)."""
-        return self.lease._state
+        return self._state
 
     @property
     def lost(self) -> LockLost | None:
         """Why the lease was lost, as the error its holder gets."""
-        return self.lease._lost
+        return self._lost
 
     def renewed(self, sent_at: float, lease_seconds: float, ends_at: float | None = None) -> bool:
         """Record a successful write sent at ``sent_at``; True if the lease was at risk.
@@ -271,44 +324,40 @@ class Upkeep:
         the write stored and what we know of DynamoDB's clock; without it, a lease
         after the send.
         """
-        lease = self.lease
-        margin = lease_seconds * lease._client.options.safety_margin
+        margin = lease_seconds * self.lease.client.options.safety_margin
         end = sent_at + lease_seconds if ends_at is None else min(ends_at, sent_at + lease_seconds)
-        with lease._lock:
-            lease.lease_seconds = lease_seconds
+        with self.lock:
+            self.lease.lease_seconds = lease_seconds
             # Not max(): a shorter extend() shortens what waiters will wait for too.
-            lease._valid_until = end - margin
-            if lease._state is LeaseState.AT_RISK:
-                lease._state = LeaseState.HELD
+            self.valid_until = end - margin
+            if self._state is LeaseState.AT_RISK:
+                self._state = LeaseState.HELD
                 return True
         return False
 
     def mark_at_risk(self) -> bool:
-        lease = self.lease
-        with lease._lock:
-            if lease._state is LeaseState.HELD:
-                lease._state = LeaseState.AT_RISK
+        with self.lock:
+            if self._state is LeaseState.HELD:
+                self._state = LeaseState.AT_RISK
                 return True
         return False
 
     def mark_lost(self, reason: str, detail: str = "") -> bool:
         """Lost from now on; False if it had ended already (lost or released)."""
-        lease = self.lease
-        with lease._lock:
-            if lease._state in (LeaseState.LOST, LeaseState.RELEASED):
+        with self.lock:
+            if self._state in (LeaseState.LOST, LeaseState.RELEASED):
                 return False
-            lease._state = LeaseState.LOST
-            lease._lost = LockLost(lease.key, lease.token, reason, detail)
+            self._state = LeaseState.LOST
+            self._lost = LockLost(self.lease.key, self.lease.token, reason, detail)
         return True
 
     def mark_released(self) -> None:
-        lease = self.lease
-        with lease._lock:
-            lease._state = LeaseState.RELEASED
+        with self.lock:
+            self._state = LeaseState.RELEASED
 
     def after_fork(self) -> None:
         """In a forked child: new locks (a thread of the parent may have held the old ones at fork)."""
-        self.lease._lock = threading.Lock()
+        self.lock = threading.Lock()
         self.renew_lock = threading.Lock()
 
 
@@ -319,7 +368,7 @@ class LeaseGroup(_ReleasedOnExit):
     as a context manager, or call :meth:`release`.
     """
 
-    def __init__(self, client: LockClient, leases: list[Lease]):
+    def __init__(self, client: LeaseClient, leases: list[Lease]):
         self._client = client
         #: The leases, one per key, in the order the keys were given.
         self.leases = leases

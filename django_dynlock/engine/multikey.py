@@ -8,7 +8,6 @@ a coroutine.
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import time
 from collections.abc import Mapping
@@ -20,15 +19,20 @@ from botocore.exceptions import BotoCoreError, ClientError
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
 from . import requests as rq
-from . import steps
-from .acquiring import Acquiring, Terms
-from .clock import monotonic
+from .acquiring import Acquirer, Terms
+from .clock import ServerClock, monotonic
+from .events import Events
+from .executors import Executors
 from .failures import error_code, is_throttling, safe_endpoint
-from .lease import Lease, LeaseGroup
-from .steps import Send, Sleep, Steps
-from .store import backoff
-from .undoing import Undo
-from .waiting import Attempt, Watch
+from .holding import Keeper
+from .keylocks import KeyLocks
+from .lease import Lease, LeaseClient, LeaseGroup
+from .options import ClientOptions
+from .stamps import Stamper
+from .steps import Enter, OnCancel, Prepare, Send, Sleep, Steps
+from .store import Store, backoff
+from .undoing import Undo, Undoer
+from .waiting import Attempt, WaitPolicy, Watch
 
 # DynamoDB's limit on items per TransactWriteItems / BatchGetItem request.
 MAX_KEYS_PER_TRANSACTION = 100
@@ -79,60 +83,68 @@ def _unreleased(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
     return not ((at < len(ring) and ring[at] == {"S": tag}) or after.get(slot) == {"S": tag})
 
 
-class MultiKey(Acquiring):
-    """acquire_many(): the transaction, its fallback, and reading back the tokens."""
+class GroupAcquirer:
+    """acquire_many(): the transaction, its fallback, and reading back the tokens.
 
-    def _acquire_all(
+    Holds nothing long-lived (a ``Progress`` per call): one per client and process. It
+    takes each key's in-process gate, waits, looks and writes through the one-key
+    ``Acquirer`` where a key is acquired alone, and hands the leases to the keeper.
+    """
+
+    def __init__(
+        self,
+        options: ClientOptions,
+        *,
+        client: LeaseClient,
+        acquirer: Acquirer,
+        store: Store,
+        clock: ServerClock,
+        stamper: Stamper,
+        waiting: WaitPolicy,
+        keylocks: KeyLocks,
+        keeper: Keeper,
+        undoer: Undoer,
+        events: Events,
+        executors: Executors,
+    ):
+        self.options = options
+        self.client = client  # what a group knows as its client: the facade
+        self.acquirer = acquirer
+        self.store = store
+        self.clock = clock
+        self.stamper = stamper
+        self.waiting = waiting
+        self.keylocks = keylocks
+        self.keeper = keeper
+        self.undoer = undoer
+        self.events = events
+        self.executors = executors
+
+    def acquisition(
         self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
-    ) -> LeaseGroup:
-        """acquire_many() after its arguments were checked: ``by_stored`` maps stored keys to keys."""
+    ) -> Steps[LeaseGroup]:
+        """acquire_many() after its arguments were checked (``by_stored`` maps stored keys
+        to keys), its in-process gates and its undo included, as steps: ``steps.run``
+        drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
         entered: list[str] = []
         try:
             for stored in ordered:
-                if not self._keylocks.enter(stored, max(0.0, terms.give_up_at - monotonic())):
-                    raise self._busy_here(by_stored[stored], stored, started, tuple(by_stored.values()))
+                if not (yield Enter(stored, terms.give_up_at)):
+                    raise self.acquirer.busy_here(by_stored[stored], stored, started, tuple(by_stored.values()))
                 entered.append(stored)
+            if not self.store.built:
+                yield Prepare(lambda: self.store.boto)
             progress = Progress()
+            yield OnCancel(progress.interrupted)
             try:
-                leases = steps.run(self._acquire_all_steps(by_stored, ordered, terms, progress))
-            except BaseException:
-                self._undo_all(progress)
+                leases = yield from self._acquire_all_steps(by_stored, ordered, terms, progress)
+            except GeneratorExit:
                 raise
-        except BaseException as error:
-            self._leave_all(entered, error)
-            raise
-        return self._held_group(leases, started)
-
-    async def _acquire_all_async(
-        self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
-    ) -> LeaseGroup:
-        """``_acquire_all`` for asyncio: the same steps, driven by ``steps.run_async``; the
-        in-process gates are waited on without a thread (``_enter_gate_async``)."""
-        started = monotonic()
-        terms = Terms(started + wait_s, lease_s, holder)
-        ordered = sorted(by_stored)
-        loop = asyncio.get_running_loop()
-        entered: list[str] = []
-        try:
-            for stored in ordered:
-                await self._enter_gate_async(
-                    by_stored[stored], stored, started, terms.give_up_at, tuple(by_stored.values())
-                )
-                entered.append(stored)
-            if not self._store.built:  # built on a pool thread: it reads files, resolves credentials
-                await loop.run_in_executor(self._executors.waiting, lambda: self._store.boto)
-            progress = Progress()
-            try:
-                leases = await steps.run_async(
-                    self._acquire_all_steps(by_stored, ordered, terms, progress),
-                    self._executors.waiting,
-                    interrupted=progress.interrupted,
-                )
             except BaseException:
-                await asyncio.shield(loop.run_in_executor(self._executors.holding, self._undo_all, progress))
+                yield Send(functools.partial(self._undo_all, progress), holding=True)
                 raise
         except BaseException as error:
             self._leave_all(entered, error)
@@ -141,28 +153,28 @@ class MultiKey(Acquiring):
 
     def _held_group(self, leases: list[Lease], started: float) -> LeaseGroup:
         for one in leases:
-            self._start_holding(one, waited=monotonic() - started)
-        return LeaseGroup(self._as_client, leases)
+            self.keeper.start(one, waited=monotonic() - started)
+        return LeaseGroup(self.client, leases)
 
     def _leave_all(self, entered: list[str], error: BaseException) -> None:
         for stored in entered:
-            self._keylocks.leave(stored)
+            self.keylocks.leave(stored)
         if isinstance(error, LockNotAcquired):
-            self._emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+            self.events.emit("busy", key=error.key, holder=error.holder, waited=error.waited)
 
     def _undo_all(self, progress: Progress) -> None:
         """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then
         the keys it got; none tried after the first that cannot reach DynamoDB, whatever
-        the number of keys: the rest goes on in the background (Undoing._undo)."""
-        self._undo([Undo.of(stored, attempt) for stored, attempt in progress.attempts], progress.leases)
+        the number of keys: the rest goes on in the background (Undoer.undo)."""
+        self.undoer.undo([Undo.of(stored, attempt) for stored, attempt in progress.attempts], progress.leases)
 
     def _acquire_all_steps(
         self, by_stored: dict[str, str], ordered: list[str], terms: Terms, progress: Progress
     ) -> Steps[list[Lease]]:
-        if self._clock_unread():
-            yield Send(functools.partial(self._read_clock, ordered[0]))  # see _learn_clock
-        if self._store.has_transactions is not False and len(ordered) > 1:
-            attempt = Attempt(owner=self._new_owner())
+        if self.stamper.clock_unread():
+            yield Send(functools.partial(self.stamper.read_clock, ordered[0]))  # see Stamper.learn_clock
+        if self.store.has_transactions is not False and len(ordered) > 1:
+            attempt = Attempt(owner=self.acquirer.new_owner())
             progress.attempts = [(stored, attempt) for stored in ordered]
             leases = yield from self._transaction_steps(by_stored, ordered, terms, attempt)
             # Ours now, given back if we leave before they are handed out; or None: the
@@ -192,10 +204,12 @@ class MultiKey(Acquiring):
         while True:
             progress.leases = []
             for stored in ordered:
-                attempt = Attempt(owner=self._new_owner())
+                attempt = Attempt(owner=self.acquirer.new_owner())
                 progress.attempts = [(stored, attempt)]
                 try:
-                    lease = yield from self._acquire_steps(by_stored[stored], stored, terms, attempt, single=False)
+                    lease = yield from self.acquirer.acquire_steps(
+                        by_stored[stored], stored, terms, attempt, single=False
+                    )
                 except LockNotAcquired as busy:  # says which keys were asked for, as a transaction's does
                     raise LockNotAcquired(
                         busy.key,
@@ -205,10 +219,10 @@ class MultiKey(Acquiring):
                         keys=tuple(by_stored.values()),
                     ) from None
                 progress.attempts = []
-                self._waiting.remember(stored, None)
+                self.waiting.remember(stored, None)
                 progress.leases.append(lease)
                 # Renewed, but not yet among held(): acquire_many() holds their in-process locks until all are ours.
-                self._heartbeater.add(lease, self._first_heartbeat(lease))
+                self.keeper.renew_early(lease)
             lost = [lease for lease in progress.leases if not lease.is_held]
             if not lost:
                 return progress.leases
@@ -216,13 +230,13 @@ class MultiKey(Acquiring):
             yield Send(functools.partial(self._give_back, leases))
             now = monotonic()
             if now >= terms.give_up_at:
-                item = yield Send(functools.partial(self._store.get_item, lost[0].stored_key))
-                info = self._info(item)
+                item = yield Send(functools.partial(self.store.get_item, lost[0].stored_key))
+                info = self.keeper.info(item)
                 info = info if info is not None and info.is_held else None
                 raise LockNotAcquired(
                     lost[0].key,
                     holder=info,
-                    retry_after=self._waiting.retry_after(info, None, None),
+                    retry_after=self.waiting.retry_after(info, None, None),
                     waited=now - started,
                     keys=tuple(by_stored.values()),
                 )
@@ -231,7 +245,7 @@ class MultiKey(Acquiring):
         """Release the leases of a group that could not be completed (quietly: none was handed out)."""
         for lease in reversed(leases):
             lease.upkeep.mark_released()  # no more renewals
-            self._release_remote(lease, quiet=True)
+            self.keeper.release_remote(lease, quiet=True)
 
     def _transaction_steps(
         self,
@@ -242,7 +256,7 @@ class MultiKey(Acquiring):
     ) -> Steps[list[Lease] | None]:
         """All keys in one TransactWriteItems, tried again while ``wait`` lasts; None when
         the server has no transactions."""
-        watches: dict[str, Watch | None] = {stored: self._waiting.remembered(stored) for stored in ordered}
+        watches: dict[str, Watch | None] = {stored: self.waiting.remembered(stored) for stored in ordered}
         items: dict[str, dict[str, Any] | None] = {}
         tries = 0
         throttled = 0  # looks in a row that DynamoDB throttled
@@ -260,7 +274,7 @@ class MultiKey(Acquiring):
             attempt.looks += 1  # a transaction, or else one read of the busy keys
             if not write and any(
                 due is not None and due <= 0
-                for due in (self._waiting.takeover_in(items.get(s), watches.get(s), now) for s in ordered)
+                for due in (self.waiting.takeover_in(items.get(s), watches.get(s), now) for s in ordered)
             ):
                 write = True
             busy: str | None = None
@@ -281,11 +295,11 @@ class MultiKey(Acquiring):
                     wall_stamped = not clock_was_known and self.clock.known
                     if held and not (wall_stamped and not rechecked):
                         for stored in ordered:
-                            self._waiting.remember(stored, None)
+                            self.waiting.remember(stored, None)
                         return look.leases
                     # Ours, but stamped by this host's wall clock (a client's first write; the
                     # reply told us DynamoDB's), or the replies came too late to use (see
-                    # _acquire_steps): write again, once at once. It recognises itself.
+                    # Acquirer.acquire_steps): write again, once at once. It recognises itself.
                     attempt.ambiguous = True
                     if not rechecked:
                         rechecked = True
@@ -302,7 +316,7 @@ class MultiKey(Acquiring):
             write = write and error is not None and not is_throttling(error)
             # A look let through halves the backoff rather than ending it (see acquiring.py).
             throttled = throttled + 1 if is_throttling(error) else throttled // 2
-            delay = self._waiting.transaction_delay(
+            delay = self.waiting.transaction_delay(
                 tries=tries,
                 seen=[(items.get(stored), watches.get(stored)) for stored in ordered],
                 now=now,
@@ -330,24 +344,24 @@ class MultiKey(Acquiring):
         for stored in ordered:
             watch = watches.get(stored)
             takeover = watch.takeover_rvn(now) if watch is not None else None
-            request, expires = self._acquire_request(stored, attempt, terms, takeover)
+            request, expires = self.acquirer.acquire_request(stored, attempt, terms, takeover)
             updates.append({"Update": {"TableName": self.options.table_name, **request}})
             expiries.append(expires)
         sent = monotonic()
         # It may land however we leave this yield, an exception the caller's code raises
         # into the request included: until a reply says it did not, an undo must run (see
-        # _acquire_steps).
+        # Acquirer.acquire_steps).
         was_ambiguous = attempt.ambiguous
         attempt.ambiguous = True
         try:
-            yield Send(functools.partial(self._store.send, "transact_write_items", {"TransactItems": updates}))
+            yield Send(functools.partial(self.store.send, "transact_write_items", {"TransactItems": updates}))
         except ClientError as exc:
             code = error_code(exc)
             if code in ("UnknownOperationException", "TransactionCanceledException"):
                 attempt.ambiguous = was_ambiguous  # refused whole: not applied
             if code == "UnknownOperationException":
-                self._store.has_transactions = False
-                self._store.say_once(
+                self.store.learn_transactions(False)
+                self.store.say_once(
                     "no-transactions",
                     "DynamoDB server at %s has no transactions: acquire_many() falls back to "
                     "acquiring keys one by one in sorted order, with rollback",
@@ -355,7 +369,7 @@ class MultiKey(Acquiring):
                 )
                 return TransactionLook(unsupported=True)
             if code != "TransactionCanceledException":
-                error = self._store.translate(exc, "acquire several locks")
+                error = self.store.translate(exc, "acquire several locks")
                 attempt.ambiguous = was_ambiguous or getattr(error, "ambiguous", False)
                 if not getattr(error, "retryable", False):
                     raise error from exc
@@ -370,14 +384,14 @@ class MultiKey(Acquiring):
                 if item is None:
                     try:
                         # The loop is the retry.
-                        item = yield Send(functools.partial(self._store.get_item, stored, attempts=1))
+                        item = yield Send(functools.partial(self.store.get_item, stored, attempts=1))
                     except DynLockError as read_error:
                         if not getattr(read_error, "retryable", False):
                             raise
                         item = items.get(stored)  # we only failed to look: keep what we saw
                 items[stored] = item
-                watches[stored] = self._waiting.observe(watches.get(stored), item, received, attempt.owner)
-                yield from self._remember(stored, watches[stored])
+                watches[stored] = self.waiting.observe(watches.get(stored), item, received, attempt.owner)
+                yield from self.acquirer.remember(stored, watches[stored])
                 busy = busy or stored
             if busy is None:
                 return TransactionLook(
@@ -385,10 +399,10 @@ class MultiKey(Acquiring):
                 )
             return TransactionLook(busy=busy)
         except BotoCoreError as exc:
-            error = self._store.translate(exc, "acquire several locks")
+            error = self.store.translate(exc, "acquire several locks")
             attempt.ambiguous = was_ambiguous or getattr(error, "ambiguous", False)
             return TransactionLook(error=error)
-        self._store.has_transactions = True
+        self.store.learn_transactions(True)
         leases: list[Lease] = yield Send(
             functools.partial(
                 self._leases_after_transaction, by_stored, ordered, attempt, terms, sent, min(expiries), dict(items)
@@ -415,15 +429,15 @@ class MultiKey(Acquiring):
         received = monotonic()
         for stored, item in found.items():
             items[stored] = item
-            watches[stored] = self._waiting.observe(watches.get(stored), item, received, owner)
-            yield from self._remember(stored, watches[stored])
+            watches[stored] = self.waiting.observe(watches.get(stored), item, received, owner)
+            yield from self.acquirer.remember(stored, watches[stored])
         return None
 
     def _read_items(self, stored_keys: list[str]) -> dict[str, dict[str, Any] | None]:
         """One consistent read of several keys' items, sent once (the loop is the retry); a
         key DynamoDB left unprocessed is left out: it was not seen."""
         request = {"Keys": [rq.key(self.options, s) for s in stored_keys], "ConsistentRead": True}
-        reply = self._store.call(
+        reply = self.store.call(
             "batch_get_item", "read locks", attempts=1, table=False, RequestItems={self.options.table_name: request}
         )
         unprocessed = reply.get("UnprocessedKeys", {}).get(self.options.table_name, {}).get("Keys", [])
@@ -460,11 +474,11 @@ class MultiKey(Acquiring):
             assert error is not None
             return error
         item = items.get(busy)
-        info = self._info(item)
+        info = self.keeper.info(item)
         return LockNotAcquired(
             by_stored[busy],
             holder=info,
-            retry_after=self._waiting.retry_after(info, item, watches.get(busy)),
+            retry_after=self.waiting.retry_after(info, item, watches.get(busy)),
             waited=waited,
             keys=tuple(by_stored.values()),
         )
@@ -490,10 +504,10 @@ class MultiKey(Acquiring):
         }
         for _ in range(10):
             try:
-                reply = self._store.send("batch_get_item", {"RequestItems": pending})
+                reply = self.store.send("batch_get_item", {"RequestItems": pending})
             except (ClientError, BotoCoreError) as exc:
                 attempt.ambiguous = True
-                raise self._store.translate(exc, "read the new fencing tokens") from exc
+                raise self.store.translate(exc, "read the new fencing tokens") from exc
             for item in reply.get("Responses", {}).get(self.options.table_name, []):
                 if item.get(it.OWNER, {}).get("S") == attempt.owner:
                     tokens[item[self.options.key_attribute]["S"]] = int(item[it.FENCE]["N"])
@@ -508,5 +522,5 @@ class MultiKey(Acquiring):
         for stored in ordered:
             before = (seen or {}).get(stored)
             if before and _unreleased(before, found[stored]):
-                self._log_takeover(by_stored[stored], before, attempt.owner, sent)
-        return [self._new_lease(by_stored[s], s, attempt, tokens[s], terms, sent, expires) for s in ordered]
+                self.acquirer.log_takeover(by_stored[stored], before, attempt.owner, sent)
+        return [self.acquirer.new_lease(by_stored[s], s, attempt, tokens[s], terms, sent, expires) for s in ordered]

@@ -13,6 +13,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from ..exceptions import InvalidArgument
 from . import items as it
 from .options import ClientOptions
 
@@ -21,6 +22,25 @@ Request = dict[str, Any]
 # How long a reservation stays after the release when its waiter does not take its
 # turn (it died, most likely): then any acquire takes the key.
 RESERVATION_GRACE = 2.0
+
+
+def _cut(value: object) -> str:
+    """``value`` as text of at most it.HOLDER_VALUE_BYTES in UTF-8, cut at a character."""
+    return str(value).encode("utf-8", "replace")[: it.HOLDER_VALUE_BYTES].decode("utf-8", "ignore")
+
+
+def holder_map(holder: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Holder metadata as a DynamoDB map of strings (None values are dropped); raises
+    InvalidArgument when it is over it.HOLDER_BYTES, before any request."""
+    shown = {str(k): _cut(v) for k, v in (holder or {}).items() if v is not None}
+    size = sum(len(k.encode("utf-8", "replace")) + len(v.encode("utf-8")) for k, v in shown.items())
+    if size > it.HOLDER_BYTES:
+        raise InvalidArgument(
+            f"holder metadata is {size} bytes (names and values, each value cut to "
+            f"{it.HOLDER_VALUE_BYTES}); at most {it.HOLDER_BYTES} are stored with a lease: "
+            "keep it to who holds the lock and why"
+        )
+    return {"M": {k: {"S": v} for k, v in shown.items()}}
 
 
 def key(options: ClientOptions, stored: str) -> dict[str, Any]:
@@ -101,7 +121,7 @@ def acquire(
         ":host": {"S": host},
         ":pid": it.num(pid),
         ":thread": {"S": thread},
-        ":holder": it.holder_map(holder),
+        ":holder": holder_map(holder),
         ":gc": gc_at(options, stamp, lease_seconds),
         # A key whose item was deleted by TTL starts again from the clock in µs,
         # above every token issued before (unless a million were issued a second).

@@ -67,6 +67,10 @@ class Store:
         self.returns_item_on_failure: bool | None = None
         self.has_transactions: bool | None = None
 
+    def learn_transactions(self, supported: bool) -> None:
+        """What a TransactWriteItems told of the server: whether it has transactions."""
+        self.has_transactions = supported
+
     def fresh_copy(self, clock: ServerClock) -> Store:
         """For a forked child: what was learnt of the server, and no boto3 client (its
         connections are the parent's). The first store keeps the boto3 client it was given."""

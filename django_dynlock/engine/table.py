@@ -10,16 +10,14 @@ from __future__ import annotations
 import logging
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, InvalidArgument
 from .failures import error_code, safe_endpoint
 from .options import ClientOptions
-
-if TYPE_CHECKING:
-    from .client import LockClient
+from .store import Store
 
 logger = logging.getLogger("django_dynlock")
 
@@ -93,9 +91,9 @@ def _key_problem(table: dict[str, Any], key_attribute: str) -> str | None:
     return None
 
 
-def _ttl(client: LockClient) -> tuple[str, str | None]:
+def _ttl(store: Store) -> tuple[str, str | None]:
     try:
-        reply = client._store.send("describe_time_to_live", {"TableName": client.options.table_name})
+        reply = store.send("describe_time_to_live", {"TableName": store.options.table_name})
     except ClientError as exc:
         if error_code(exc) in UNKNOWN_OPERATION:
             return TTL_UNSUPPORTED, None
@@ -104,14 +102,14 @@ def _ttl(client: LockClient) -> tuple[str, str | None]:
     return description.get("TimeToLiveStatus", "DISABLED"), description.get("AttributeName")
 
 
-def describe_table(client: LockClient) -> TableStatus:
-    table = client._store.send("describe_table", {"TableName": client.options.table_name})["Table"]
-    ttl_status, ttl_attribute = _ttl(client)
+def describe_table(store: Store) -> TableStatus:
+    table = store.send("describe_table", {"TableName": store.options.table_name})["Table"]
+    ttl_status, ttl_attribute = _ttl(store)
     return TableStatus(
         name=table["TableName"],
         status=table.get("TableStatus", "ACTIVE"),
-        key_attribute=client.options.key_attribute,
-        key_problem=_key_problem(table, client.options.key_attribute),
+        key_attribute=store.options.key_attribute,
+        key_problem=_key_problem(table, store.options.key_attribute),
         ttl_status=ttl_status,
         ttl_attribute=ttl_attribute,
         billing_mode=table.get("BillingModeSummary", {}).get("BillingMode", "PROVISIONED"),
@@ -122,7 +120,7 @@ def describe_table(client: LockClient) -> TableStatus:
 
 
 def create_table(
-    client: LockClient,
+    store: Store,
     *,
     wait: bool,
     billing_mode: str,
@@ -130,18 +128,18 @@ def create_table(
     write_capacity: int | None,
     timeout: float,
 ) -> TableStatus:
-    options = client.options
+    options = store.options
     params = table_definition(
         options, billing_mode=billing_mode, read_capacity=read_capacity, write_capacity=write_capacity
     )
     created = True
     try:
-        client._store.send("create_table", params)
+        store.send("create_table", params)
     except ClientError as exc:
         if error_code(exc) != "ResourceInUseException":
             raise
         created = False
-    status = describe_table(client)
+    status = describe_table(store)
     if status.key_problem:
         raise BackendError(f"table {options.table_name!r} exists but does not fit: {status.key_problem}")
     deadline = time.monotonic() + timeout
@@ -151,11 +149,11 @@ def create_table(
                 f"table {options.table_name!r} is still {status.status} after {timeout:.0f}s", retryable=True
             )
         time.sleep(0.5)
-        status = describe_table(client)
+        status = describe_table(store)
     status.created = created
     if status.ttl_status == "DISABLED" and status.status == "ACTIVE":
         try:
-            client.boto.update_time_to_live(
+            store.boto.update_time_to_live(
                 TableName=options.table_name,
                 TimeToLiveSpecification=ttl_specification(options),
             )
@@ -164,7 +162,7 @@ def create_table(
                 raise
             status.ttl_status = TTL_UNSUPPORTED  # dynalite can describe TTL but not enable it
         else:
-            status.ttl_status, status.ttl_attribute = _ttl(client)
+            status.ttl_status, status.ttl_attribute = _ttl(store)
     if status.ttl_status == TTL_UNSUPPORTED:
         logger.warning(
             "DynamoDB server at %s has no TTL API: idle lock items will not be deleted automatically",

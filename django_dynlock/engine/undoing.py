@@ -11,7 +11,7 @@ seconds, not at their expiry (issue 36, N2 and N3).
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,9 +19,11 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import DynLockError
 from . import requests as rq
-from .clock import monotonic
-from .holding import RELEASE_RETRY_FOR, Holding
+from .clock import ServerClock, monotonic
+from .holding import RELEASE_RETRY_FOR, Keeper
 from .lease import Lease
+from .options import ClientOptions
+from .store import Store
 from .waiting import Attempt
 
 logger = logging.getLogger("django_dynlock")
@@ -53,10 +55,23 @@ class Undo:
         return not (self.reserved or self.ambiguous)
 
 
-class Undoing(Holding):
-    """Undo an acquire that ended without a lease, now or, if DynamoDB cannot be reached, in the background."""
+class Undoer:
+    """Undo an acquire that ended without a lease, now or, if DynamoDB cannot be reached, in the background.
 
-    def _undo(self, undos: Sequence[Undo], leases: Sequence[Lease] = ()) -> bool:
+    Holds nothing of its own: one per client and process. It calls the store, and the
+    keeper for the leases an acquire_many gives back and for its retry thread.
+    """
+
+    def __init__(
+        self, options: ClientOptions, store: Store, clock: ServerClock, keeper: Keeper, *, is_closed: Callable[[], bool]
+    ):
+        self.options = options
+        self.store = store
+        self.clock = clock
+        self.keeper = keeper
+        self._is_closed = is_closed
+
+    def undo(self, undos: Sequence[Undo], leases: Sequence[Lease] = ()) -> bool:
         """Undo ``undos``, then give back ``leases`` (an acquire_many that ends early).
 
         One try of each write, in order, and none after the first that cannot reach
@@ -74,10 +89,10 @@ class Undoing(Holding):
         for lease in reversed(leases):
             lease.upkeep.mark_released()  # no more renewals
             if reached:
-                self._release_remote(lease, quiet=True, attempts=1)
+                self.keeper.release_remote(lease, quiet=True, attempts=1)
                 reached = not lease.upkeep.release_pending  # else it is retried in the background
             else:
-                self._release_later(lease)
+                self.keeper.release_later(lease)
         return reached
 
     def _undo_writes(self, pending: list[Undo]) -> DynLockError | None:
@@ -92,10 +107,10 @@ class Undoing(Holding):
                     )
                     undo.reserved = False
                 if undo.ambiguous:
-                    # Mark, then release (see Holding._end_owner): in the other order an
+                    # Mark, then release (see Keeper.end_owner): in the other order an
                     # attempt landing between the two would hold the key for nobody.
                     if not undo.marked:
-                        self._store.call(
+                        self.store.call(
                             "update_item",
                             UNDO,
                             attempts=1,
@@ -104,7 +119,7 @@ class Undoing(Holding):
                             ),
                         )
                         undo.marked = True
-                    self._unless_changed(UNDO, self._release_request(undo.stored, undo.owner))
+                    self._unless_changed(UNDO, self.keeper.release_request(undo.stored, undo.owner))
                     undo.ambiguous = False
             except DynLockError as error:
                 return error
@@ -115,7 +130,7 @@ class Undoing(Holding):
         """One try of a write conditioned on our owner id: a failed condition means that
         nothing of ours is left to undo there (never ours, undone already, or another's now)."""
         try:
-            self._store.call("update_item", action, attempts=1, **request)
+            self.store.call("update_item", action, attempts=1, **request)
         except ClientError:
             pass
 
@@ -135,7 +150,7 @@ class Undoing(Holding):
 
         def again() -> float | None:
             nonlocal tries
-            if self._closed:
+            if self._is_closed():
                 return None
             error = self._undo_writes(pending)
             if error is None:
@@ -152,7 +167,7 @@ class Undoing(Holding):
                 return None
             return self._undo_delay(tries)
 
-        self._heartbeater.retry(monotonic() + self._undo_delay(0), again)
+        self.keeper.heartbeater.retry(monotonic() + self._undo_delay(0), again)
 
     def _undo_delay(self, tries: int) -> float:
         backoff: float = self.options.min_retry_delay * 2 ** min(tries, 16)

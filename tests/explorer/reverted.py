@@ -16,11 +16,11 @@ from unittest import mock
 
 from django_dynlock.engine import handover as handover_module
 from django_dynlock.engine import requests as rq
-from django_dynlock.engine.base import ClientBase
 from django_dynlock.engine.clock import ServerClock, monotonic
-from django_dynlock.engine.handover import HandingOver, Handover
-from django_dynlock.engine.holding import Holding
+from django_dynlock.engine.handover import Handover, Handovers
+from django_dynlock.engine.holding import Keeper
 from django_dynlock.engine.lease import Lease
+from django_dynlock.engine.stamps import Stamper
 
 Rewrite = Callable[[str, dict[str, Any]], dict[str, Any]]
 
@@ -90,15 +90,15 @@ def _observe_resetting(self: ServerClock, sent: float, received: float, date: fl
         self._high = (min(cur_high, high), received)
 
 
-def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, lease_seconds: float) -> Lease:
-    """Issue 29 (4): HandingOver._adopt_remote before commit fc3eff1: stamped by this host's
+def _adopt_remote_unstamped(self: Handovers, handover: Handover, stored: str, lease_seconds: float) -> Lease:
+    """Issue 29 (4): Handovers._adopt_remote (then HandingOver's) before commit fc3eff1: stamped by this host's
     wall clock when its first read got no answer, never restamped, and returned even if the
     lease had ended by then."""
     seq = handover.seq + 1
     rvn = handover_module.uuid.uuid4().hex
-    self._learn_clock(stored)
+    self.stamper.learn_clock(stored)
     sent = monotonic()
-    stamp = self._stamp(sent)
+    stamp = self.stamper.stamp(sent)
     request = rq.adopt(
         self.options,
         stored,
@@ -112,48 +112,49 @@ def _adopt_remote_unstamped(self: HandingOver, handover: Handover, stored: str, 
         host=handover_module.socket.gethostname(),
         pid=handover_module.os.getpid(),
         thread=handover_module.threading.current_thread().name,
-        watch_only=self._watch_only(),
+        watch_only=self.stamper.watch_only(),
     )
     try:
-        reply = self._store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
+        reply = self.store.call("update_item", "adopt a handed-over lease", ReturnValues="ALL_NEW", **request)
         item = reply.get("Attributes", {})
     except handover_module.ClientError as exc:
-        item = self._store.old_item(exc, stored) or {}
+        item = self.store.old_item(exc, stored) or {}
         if not (
             item.get(handover_module.it.OWNER, {}).get("S") == handover.owner
             and item.get(handover_module.it.RVN, {}).get("S") == rvn
         ):
             raise self._not_adopted(handover, item) from None
-    info = self._info(item)
+    info = self.keeper.info(item)
     return Lease(
-        self._as_client,
+        self.client,
+        keeper=self.keeper,
         key=handover.key,
         stored_key=stored,
         owner=handover.owner,
         token=handover.token,
         lease_seconds=lease_seconds,
         sent_at=sent,
-        ends_at=self._holder_end(sent, lease_seconds, stamp + lease_seconds),
+        ends_at=self.stamper.holder_end(sent, lease_seconds, stamp + lease_seconds),
         seq=seq,
         holder=dict(info.holder) if info is not None else None,
     )
 
 
-_release_remote = Holding._release_remote
+_release_remote = Keeper.release_remote
 
 
-def _release_remote_unreported(self: Holding, lease: Lease, *, quiet: bool, **options: Any) -> None:
+def _release_remote_unreported(self: Keeper, lease: Lease, *, quiet: bool, **options: Any) -> None:
     """Issue 29 (5): a release retried in the background (``quiet``) that found the lease
     taken over or broken only disowned it, before commit 6b5d1b9: no lost event, no WARNING."""
     if not quiet:
         return _release_remote(self, lease, quiet=quiet, **options)
-    emit = self._emit
+    emit = self.events.emit
 
     def unreported(event: str, *args: Any, **info: Any) -> None:
         if event != "lost":
             emit(event, *args, **info)
 
-    with mock.patch.object(self, "_emit", unreported):
+    with mock.patch.object(self.events, "emit", unreported):
         return _release_remote(self, lease, quiet=quiet, **options)
 
 
@@ -163,12 +164,12 @@ PATCHES: dict[str, list[tuple[type, str, Any]]] = {
     # client whose replies carry no Date stamped its expiry by its wall clock. Its fence base
     # too, as before (3) (348c132), which needs that read to start a counter at all.
     "date-less": [
-        (ClientBase, "_clock_unread", lambda self: False),
-        (ClientBase, "_watch_only", lambda self: False),
-        (ClientBase, "_fence_base", lambda self, stamp: stamp),
+        (Stamper, "clock_unread", lambda self: False),
+        (Stamper, "watch_only", lambda self: False),
+        (Stamper, "fence_base", lambda self, stamp: stamp),
     ],
-    "adopt-restamp": [(HandingOver, "_adopt_remote", _adopt_remote_unstamped)],
-    "release-lost": [(Holding, "_release_remote", _release_remote_unreported)],
+    "adopt-restamp": [(Handovers, "_adopt_remote", _adopt_remote_unstamped)],
+    "release-lost": [(Keeper, "release_remote", _release_remote_unreported)],
 }
 
 FIXES = sorted([*WIRE, *PATCHES])

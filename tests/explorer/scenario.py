@@ -36,7 +36,8 @@ from unittest import mock
 
 from botocore.exceptions import ClientError
 
-from django_dynlock.engine import acquiring, base, breaking, holding, multikey, steps, store, waiting
+from django_dynlock.engine import acquiring, breaking, holding, multikey, stamps, steps, store, waiting
+from django_dynlock.engine import client as client_module
 from django_dynlock.engine import clock as clock_module
 from django_dynlock.engine import heartbeat as heartbeat_module
 from django_dynlock.engine import lease as lease_module
@@ -57,7 +58,7 @@ EPSILON = 1e-6
 _tables = itertools.count(1)
 
 # The modules the lock client is built from: their clocks, ids and jitter are the world's.
-CLIENT_MODULES = (base, holding, acquiring, multikey, breaking, steps, store, waiting)
+CLIENT_MODULES = (client_module, stamps, holding, acquiring, multikey, breaking, steps, store, waiting)
 
 
 class Violation(AssertionError):
@@ -403,7 +404,7 @@ class Scenario:
     def _client(self, actor: Actor) -> LockClient:
         def build() -> LockClient:
             client = LockClient(self._options(), boto_client=Wire(self.world, actor))
-            client._heartbeater = SimHeartbeater(self.world, actor, client._heartbeat)  # type: ignore[assignment]
+            client._keeper.heartbeater = SimHeartbeater(self.world, actor, client._keeper.heartbeat)  # type: ignore[assignment]
             client.add_listener(self._heard)
             return client
 

@@ -89,7 +89,7 @@ def test_a_late_duplicate_of_our_own_acquire_does_not_lock_the_key_after_release
 
 
 def rival_owner_in_the_same_slot(rival, owner):
-    """A _new_owner for ``rival`` whose ids share ``owner``'s release slot (1 in 16 by chance)."""
+    """A new_owner for ``rival``'s acquirer whose ids share ``owner``'s release slot (1 in 16 by chance)."""
     slot = release_slot(owner)[0]
     ids = (f"{rival.client_id}:{uuid.uuid4().hex[:12]}" for _ in range(2000))
     return lambda: next(i for i in ids if release_slot(i)[0] == slot)
@@ -100,7 +100,7 @@ def test_a_release_whose_reply_was_lost_is_recognised_after_someone_else_came_an
     proxy, holder, rival = proxied
     lease = holder.acquire("handoff", wait=5)
     if slots == "shared slot":  # the rival's release overwrites our tag there: found by this test failing in CI
-        monkeypatch.setattr(rival, "_new_owner", rival_owner_in_the_same_slot(rival, lease.owner))
+        monkeypatch.setattr(rival._acquirer, "new_owner", rival_owner_in_the_same_slot(rival, lease.owner))
     proxy.add_fault("drop_reply", operation="UpdateItem", match=is_release)  # applied, no reply
     proxy.add_fault("delay", operation="UpdateItem", match=is_release, delay_seconds=3 * READ_TIMEOUT)
 
