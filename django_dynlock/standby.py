@@ -66,8 +66,10 @@ RENEWAL_ALLOWANCE = 1.5
 MIN_GRACE = 0.1
 #: How often the leader looks at its child and its term (the on_lost callback wakes it sooner).
 TICK = 0.1
-#: A campaign is made of calls this long, so that a signal is acted on within it.
-CAMPAIGN_CHUNK = 0.5
+#: A campaign is made of calls this long, so that a signal is acted on within it. The
+#: election keeps its cadence between calls, so shorter calls send no more requests; at 0.5 s
+#: a standby at load 9 took 1.8 s to leave after SIGTERM.
+CAMPAIGN_CHUNK = 0.1
 #: Environment variables the child finds: the election and its term's fencing token.
 ELECTION_ENV = "DYNLOCK_ELECTION"
 TOKEN_ENV = "DYNLOCK_TERM_TOKEN"

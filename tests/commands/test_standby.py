@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from django.utils import translation
 
+from django_dynlock.engine.election import STANDBY_POLL
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import REPO_ROOT, server_env
 from tests.support.commands import MOTO, fails
@@ -271,7 +272,9 @@ def test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over(local, t
         asked = time.monotonic()
         spare.send_signal(signal.SIGTERM)
         assert spare.wait(10) == 0
-        assert time.monotonic() - asked < 1.0 and not spare_report.exists()
+        # It leaves at the end of its current look, before its next one (STANDBY_POLL away);
+        # the time also counts the process's own exit, which at load 6-9 took 1.1-1.8 s.
+        assert time.monotonic() - asked < STANDBY_POLL and not spare_report.exists()
     finally:
         stop_all(leader, follower, spare)
     never_overlap(report)

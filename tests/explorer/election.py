@@ -98,7 +98,7 @@ class ElectionScenario(Scenario):
 
     def _client(self, actor: Actor) -> Any:
         client = super()._client(actor)
-        client._heartbeater = PunctualHeartbeater(self.world, actor, client._heartbeat)
+        client._keeper.heartbeater = PunctualHeartbeater(self.world, actor, client._keeper.heartbeat)  # type: ignore[assignment]
         return client
 
     # -- running ----------------------------------------------------------------------------
@@ -227,7 +227,7 @@ class ElectionScenario(Scenario):
 
     def _new_process(self, actor: Actor) -> None:
         self.world.log(f"{actor.name} restarts")
-        actor.client._heartbeater.stop()
+        actor.client._keeper.heartbeater.stop()
         actor.generation += 1
         actor.crashed = actor.busy = False
         actor.dated = 0
