@@ -32,7 +32,7 @@ PYTEST_ARGS ?=
 VENV := .venv
 # Most of the suite waits (for leases to run out, for servers, for child processes), so
 # more workers than the 2 cores it was measured on (docs/testing.md); each has its own servers.
-TEST_WORKERS ?= 4
+TEST_WORKERS ?= 5
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 PY_DEPS := setup.cfg pyproject.toml
 DYNALITE := node_modules/.bin/dynalite
