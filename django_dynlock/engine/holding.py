@@ -38,6 +38,8 @@ logger = logging.getLogger("django_dynlock")
 RELEASE_RETRY_FOR = 600.0
 
 EXPIRED = "no successful renewal within the lease (DynamoDB unreachable?)"
+# Late by more than this, the heartbeat thread itself is named as the cause (seconds).
+LATE_HEARTBEAT = 0.05
 
 # Seconds a throttled renewal is tried again (MAX_RETRY_DELAY apart) before its lease is
 # at risk, within a third of its validity (Keeper._renewal_patience). Waiters throttled
@@ -141,6 +143,7 @@ class Keeper:
                 stamp=stamp,
                 watch_only=self.stamper.watch_only(),
             )
+            lease.upkeep.renewal_sent = sent
             self.store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
         except ClientError as exc:
             item = self.store.old_item(exc, lease.stored_key)
@@ -148,6 +151,9 @@ class Keeper:
             # same write was applied and its reply lost.
             if not (item and item.get(it.OWNER, {}).get("S") == lease.owner and (it.number(item, it.SEQ) or 0) >= seq):
                 return False, item
+        finally:
+            lease.upkeep.renewal_sent = None
+        lease.upkeep.last_renewal_took = monotonic() - sent
         if lease.upkeep.renewed(sent, lease_seconds, self.stamper.holder_end(sent, lease_seconds, expires)):
             self.events.emit("recovered", lease)
         return True, None
@@ -255,7 +261,7 @@ class Keeper:
             return None
         period = self.period(lease.lease_seconds)
         if monotonic() >= lease.valid_until:
-            self.lose(lease, "expired", EXPIRED)
+            self.lose(lease, "expired", self._why_expired(lease))
             return None
         self._lose_on_time(lease)
         try:
@@ -295,7 +301,31 @@ class Keeper:
     def _lose_if_ended(self, lease: Lease, end: float) -> None:
         # A renewal that succeeded meanwhile moved the end: nothing was lost.
         if lease.needs_renewal and lease.valid_until == end and monotonic() >= end and not self._is_closed():
-            self.lose(lease, "expired", EXPIRED)
+            self.lose(lease, "expired", self._why_expired(lease))
+
+    def _why_expired(self, lease: Lease) -> str:
+        """EXPIRED, with what this process saw: a renewal left unanswered (DynamoDB slow or
+        unreachable), or a heartbeat thread that came too late (this process paused or
+        starved of CPU), so that an operator knows which of the two to look at."""
+        upkeep = lease.upkeep
+        now = monotonic()
+        facts = []
+        if upkeep.renewal_sent is not None:
+            facts.append(f"a renewal sent {now - upkeep.renewal_sent:.2f}s ago is still unanswered")
+        elif (
+            upkeep.heartbeat_due
+            and upkeep.heartbeat_due < upkeep.valid_until
+            and now - upkeep.valid_until > LATE_HEARTBEAT
+        ):
+            facts.append(
+                f"the heartbeat thread ran {now - upkeep.heartbeat_due:.2f}s after the renewal was due and "
+                f"{now - upkeep.valid_until:.2f}s after the validity ended (this process was paused or starved of CPU)"
+            )
+        if upkeep.last_renewal_took is not None:
+            facts.append(f"the last renewal took {upkeep.last_renewal_took:.2f}s")
+        if not facts:
+            return EXPIRED
+        return f"no successful renewal within the lease: {'; '.join(facts)}"
 
     def _retry_delay(self, lease: Lease) -> float:
         left = max(0.0, lease.valid_until - monotonic())

@@ -301,6 +301,10 @@ class Upkeep:
         self.watched_end: float | None = None
         # How many looks at the key (writes, reads, transactions) its acquisition took: DEBUG's line.
         self.looks = 0
+        # When (monotonic) the renewal in flight was sent, and how long the last applied one
+        # took: so that a lease that ran out says whether DynamoDB was slow or this process was.
+        self.renewal_sent: float | None = None
+        self.last_renewal_took: float | None = None
         # The state as last set, and until when (monotonic) the holder may act, under this lock.
         self.lock = threading.Lock()
         self._state = LeaseState.HELD
