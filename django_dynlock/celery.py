@@ -28,13 +28,13 @@ import threading
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, cast
 
 from celery import Task, beat, signals
 from celery._state import get_current_task
 from celery.exceptions import TimeLimitExceeded, WorkerLostError
 from celery.utils import uuid
-from celery.utils.imports import symbol_by_name
+from celery.utils.imports import load_extension_class_names, symbol_by_name
 
 from .conf import DEFAULT_ALIAS, get_options
 from .engine.election import Election
@@ -429,8 +429,40 @@ signals.task_postrun.connect(_on_postrun, weak=False)
 
 # -- celery beat: send only while leading ------------------------------------------------
 
-#: What :class:`LeaderScheduler` wraps when ``dynlock_beat_scheduler`` names nothing: beat's default.
+#: What :class:`LeaderScheduler` wraps when neither ``dynlock_beat_scheduler`` nor
+#: ``beat_scheduler`` names another scheduler: beat's default.
 DEFAULT_BEAT_SCHEDULER = "celery.beat:PersistentScheduler"
+
+
+def _scheduler_class(named: type[Any] | str) -> Any:
+    """The class a scheduler setting names: a class, ``"module:Class"``, or an alias that a
+    package registers for ``celery beat -S`` (django-celery-beat's ``django``), as beat
+    resolves it."""
+    if not isinstance(named, str):
+        return named
+    return symbol_by_name(named, aliases=dict(load_extension_class_names("celery.beat_schedulers")))
+
+
+def scheduler_to_wrap(conf: Mapping[str, Any]) -> type[Any] | str:
+    """What a :class:`LeaderScheduler` named by ``-S`` or ``beat_scheduler`` wraps:
+    ``dynlock_beat_scheduler``; else ``beat_scheduler`` when it names another scheduler (a
+    project that set ``CELERY_BEAT_SCHEDULER`` to django-celery-beat's DatabaseScheduler
+    and starts beat with ``-S django_dynlock.celery.LeaderScheduler``: its periodic tasks
+    are in the database, and wrapping beat's default would silently send none of them);
+    else beat's default."""
+    named = conf.get("dynlock_beat_scheduler")
+    if named:
+        return cast("type[Any] | str", named)
+    configured = conf.get("beat_scheduler")
+    if configured:
+        try:
+            leader = issubclass(_scheduler_class(configured), LeaderScheduler)
+        except Exception:  # noqa: BLE001 - not importable here: wrapping() says why, or beat does
+            leader = False
+        if not leader:
+            return cast("type[Any] | str", configured)
+    return DEFAULT_BEAT_SCHEDULER
+
 
 # One class per scheduler wrapped, so that beat's lazy instances (its banner) and the
 # real one share it.
@@ -445,10 +477,11 @@ class LeaderScheduler(beat.Scheduler):
     stand by and one takes over within the lease + 3 s of the leader's death.
 
     It wraps the scheduler the project already uses, named by the Celery setting
-    ``dynlock_beat_scheduler`` (beat's ``PersistentScheduler`` by default; for
-    django-celery-beat, ``"django_celery_beat.schedulers:DatabaseScheduler"``), or
-    given to :meth:`wrapping`. That scheduler keeps the schedule; this class decides
-    whether a due entry is sent:
+    ``dynlock_beat_scheduler``, or else by ``beat_scheduler`` when beat is started with
+    ``-S django_dynlock.celery.LeaderScheduler`` (django-celery-beat's
+    ``"django_celery_beat.schedulers:DatabaseScheduler"``, or its alias ``django``),
+    beat's ``PersistentScheduler`` if neither names one, or given to :meth:`wrapping`.
+    That scheduler keeps the schedule; this class decides whether a due entry is sent:
 
     - each :meth:`tick` campaigns first (``campaign(wait=0)``: at most one request,
       at a standby's cadence) unless a term is held;
@@ -483,8 +516,7 @@ class LeaderScheduler(beat.Scheduler):
     def __new__(cls, *args: Any, **kwargs: Any) -> LeaderScheduler:
         if cls.wrapped is None:
             app = kwargs.get("app", args[0] if args else None)
-            named = app.conf.get("dynlock_beat_scheduler") if app is not None else None
-            cls = cls.wrapping(named or DEFAULT_BEAT_SCHEDULER)
+            cls = cls.wrapping(scheduler_to_wrap(app.conf) if app is not None else DEFAULT_BEAT_SCHEDULER)
         instance: LeaderScheduler = object.__new__(cls)
         return instance
 
@@ -501,7 +533,7 @@ class LeaderScheduler(beat.Scheduler):
         name), for ``beat_scheduler`` or ``-S``: ``LeaderScheduler.wrapping(DatabaseScheduler)``.
 
         ``election``, ``lease``, ``using`` override the ``dynlock_beat_*`` settings."""
-        inner = symbol_by_name(scheduler) if isinstance(scheduler, str) else scheduler
+        inner = _scheduler_class(scheduler)
         if not isinstance(inner, type) or not issubclass(inner, beat.Scheduler):
             raise InvalidArgument(f"LeaderScheduler wraps a celery.beat.Scheduler subclass, got {scheduler!r}")
         if issubclass(inner, LeaderScheduler):
@@ -554,7 +586,12 @@ class LeaderScheduler(beat.Scheduler):
 
     @property
     def info(self) -> str:
-        lines = [super().info, f"    . election -> {self.election_name} (DYNLOCK alias {self.using!r})"]
+        wrapped = f"{self.wrapped.__module__}:{self.wrapped.__qualname__}" if self.wrapped else "?"
+        lines = [
+            super().info,
+            f"    . election -> {self.election_name} (DYNLOCK alias {self.using!r})",
+            f"    . wraps -> {wrapped}",
+        ]
         return "\n".join(line for line in lines if line)
 
     # -- leadership -------------------------------------------------------------------

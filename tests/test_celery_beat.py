@@ -40,14 +40,22 @@ from tests.support.tables import delete_table, fresh_table  # noqa: E402
 # -- beat over a failover: two celery beat processes ------------------------------------
 
 
-def start_beat(name: str, folder: Path, endpoint: str, table: str) -> tuple[subprocess.Popen, Path]:
+def beat_env(folder: Path, endpoint: str, table: str, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "DJANGO_SETTINGS_MODULE"}
     env.update(
         DYNLOCK_CELERY_DIR=str(folder),
         DYNLOCK_TEST_ENDPOINT_URL=endpoint,
         DYNLOCK_TEST_TABLE=table,
         PYTHONPATH=str(REPO_ROOT),
+        **extra,
     )
+    return env
+
+
+def start_beat(
+    name: str, folder: Path, endpoint: str, table: str, app: str = "tests.support.beat_app", **extra: str
+) -> tuple[subprocess.Popen, Path]:
+    env = beat_env(folder, endpoint, table, **extra)
     log = folder / f"beat-{name}.log"
     with open(log, "w") as out:
         process = subprocess.Popen(
@@ -56,7 +64,7 @@ def start_beat(name: str, folder: Path, endpoint: str, table: str) -> tuple[subp
                 "-m",
                 "celery",
                 "-A",
-                "tests.support.beat_app",
+                app,
                 "beat",
                 "-S",
                 "django_dynlock.celery.LeaderScheduler",
@@ -75,7 +83,7 @@ def start_beat(name: str, folder: Path, endpoint: str, table: str) -> tuple[subp
     return process, log
 
 
-def sends(folder: Path) -> list[tuple[float, int]]:
+def sends(folder: Path, task: str = "tests.support.beat_app.beat_tick") -> list[tuple[float, int]]:
     """(monotonic seconds, sender pid) of each message in the broker's queue folder, in order.
 
     The transport names each message file after ``time.monotonic()`` in ms when it was
@@ -85,7 +93,7 @@ def sends(folder: Path) -> list[tuple[float, int]]:
     for path in Path(folder, "queue").glob("*.msg"):
         payload = json.loads(path.read_text())
         origin = payload["headers"]["origin"]
-        assert payload["headers"]["task"] == "tests.support.beat_app.beat_tick"
+        assert payload["headers"]["task"] == task
         found.append((int(path.name.split("_", 1)[0]) / 1000, int(origin.split("@", 1)[0].removeprefix("gen"))))
     return sorted(found)
 
@@ -158,6 +166,104 @@ def test_beat_over_a_failover_sends_each_entry_once_and_misses_at_most_the_lease
         print(
             f"\nsends: A {len(by_a)}, B {len(by_b)}; shortest gap {min(gaps):.3f}s; "
             f"hole {hole:.2f}s (missed {missed:.2f}s of entries); B elected {elected - killed:.2f}s after the kill"
+        )
+    finally:
+        for process in beats:
+            stop(process, signal.SIGKILL)
+        client.close()
+        delete_table(endpoint, table)
+
+
+def django_celery_beat_skip() -> str | None:
+    """Why the django-celery-beat test cannot run here, or None."""
+    from importlib import metadata
+
+    import django
+
+    try:
+        version = metadata.version("django-celery-beat")
+    except metadata.PackageNotFoundError:
+        return "django-celery-beat is not installed (pip install -e '.[dev]')"
+    if django.VERSION[:2] >= (6, 1):
+        # Its newest, 2.9, requires Django<6.1; on 6.1 the resolver can only pick 2.1 (2020).
+        return f"django-celery-beat supports Django up to 6.0 (2.9: Django<6.1); here Django {django.get_version()}, django-celery-beat {version}"
+    return None
+
+
+@pytest.mark.slow
+def test_beat_over_a_failover_with_django_celery_beats_database_scheduler(dynamodb_local_server, tmp_path):
+    """As the failover test above, with the periodic task a row of django-celery-beat's
+    tables (a SQLite file both beats share) and its DatabaseScheduler named by
+    ``beat_scheduler``, as a project's ``CELERY_BEAT_SCHEDULER`` names it, while beat is
+    started with ``-S django_dynlock.celery.LeaderScheduler``: that wraps it (it wrapped
+    beat's PersistentScheduler, which has no such task, and nothing was ever sent). Only
+    the leader sends; no two sends closer than 0.8 s; the standby leads within the lease
+    + 3 s of the leader's SIGKILL; B, stopped with SIGTERM, saves the schedule to the
+    database as leader (its last send's time) and resigns. About 25 s."""
+    reason = django_celery_beat_skip()
+    if reason:
+        pytest.skip(reason)
+    from tests.support import beat_db_app
+
+    endpoint = dynamodb_local_server.endpoint_url
+    table = table_name()
+    client = client_for(endpoint, table)
+    client.create_table(wait=True)
+    folder = tmp_path / "broker"
+    folder.mkdir()
+    database = str(tmp_path / "beat.sqlite3")
+    setup = subprocess.run(
+        [sys.executable, "-m", "tests.support.beat_db_app"],
+        cwd=REPO_ROOT,
+        env=beat_env(folder, endpoint, table, DYNLOCK_BEAT_DATABASE=database),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert setup.returncode == 0, setup.stdout + setup.stderr
+    key = f"election:{beat_db_app.ELECTION}"
+    beats: list[subprocess.Popen] = []
+    try:
+        a, log_a = start_beat("a", folder, endpoint, table, "tests.support.beat_db_app", DYNLOCK_BEAT_DATABASE=database)
+        beats.append(a)
+        wait_for(lambda: a.poll() is not None or "elected leader" in log_a.read_text(), 60, "beat A elected")
+        assert a.poll() is None, log_a.read_text()
+        assert "wraps -> django_celery_beat.schedulers:DatabaseScheduler" in log_a.read_text(), log_a.read_text()
+        b, log_b = start_beat("b", folder, endpoint, table, "tests.support.beat_db_app", DYNLOCK_BEAT_DATABASE=database)
+        beats.append(b)
+        wait_for(lambda: b.poll() is not None or "standing by" in log_b.read_text(), 60, "beat B standing by")
+        assert b.poll() is None, log_b.read_text()
+        time.sleep(4.0)  # A sends, B stands by
+        leader = client.get(key)
+        assert leader is not None and leader.pid == a.pid
+        os.killpg(a.pid, signal.SIGKILL)
+        killed = time.monotonic()
+        a.wait(timeout=10)
+        wait_for(
+            lambda: b.poll() is not None or "elected leader" in log_b.read_text(),
+            tasks.LEASE + 3.0 + 5.0,
+            "beat B elected",
+        )
+        assert b.poll() is None, log_b.read_text()
+        elected = time.monotonic()
+        time.sleep(4.0)  # B sends
+        stop(b)
+        assert b.returncode == 0, log_b.read_text()
+        assert client.get(key) is None, "beat B did not resign on SIGTERM"
+        sent = sends(folder, beat_db_app.TASK)
+        by_a = [t for t, pid in sent if pid == a.pid]
+        by_b = [t for t, pid in sent if pid == b.pid]
+        assert len(by_a) + len(by_b) == len(sent), sent
+        assert len(by_a) >= 4 and len(by_b) >= 3, (by_a, by_b, log_a.read_text(), log_b.read_text())
+        assert max(by_a) < killed and min(by_b) > max(by_a), (by_a, by_b)
+        gaps = [later - earlier for (earlier, _), (later, _) in zip(sent, sent[1:])]
+        assert min(gaps) >= 0.8 * beat_db_app.INTERVAL, gaps
+        hole = min(by_b) - max(by_a)
+        assert elected - killed <= tasks.LEASE + 3.0, (elected - killed, log_b.read_text())
+        assert hole - beat_db_app.INTERVAL <= tasks.LEASE + 3.0, (hole, gaps)
+        print(
+            f"\nsends: A {len(by_a)}, B {len(by_b)}; shortest gap {min(gaps):.3f}s; "
+            f"hole {hole:.2f}s; B elected {elected - killed:.2f}s after the kill"
         )
     finally:
         for process in beats:
@@ -346,6 +452,16 @@ def test_the_scheduler_wrapped_is_beats_default_or_the_one_named(tmp_path):
     assert isinstance(default, PersistentScheduler) and type(default).wrapped is PersistentScheduler
     named = scheduler_for(beat_app_for("w", dynlock_beat_scheduler="celery.beat:Scheduler"), tmp_path, lazy=True)
     assert type(named).wrapped is Scheduler and not isinstance(named, PersistentScheduler)
+    # beat started with -S LeaderScheduler, beat_scheduler naming another (a project's
+    # CELERY_BEAT_SCHEDULER): that one, unless dynlock_beat_scheduler names one.
+    by_beat = scheduler_for(beat_app_for("w", beat_scheduler="celery.beat:Scheduler"), tmp_path, lazy=True)
+    assert type(by_beat).wrapped is Scheduler
+    assert "wraps -> celery.beat:Scheduler" in by_beat.info
+    both = {"beat_scheduler": "celery.beat:Scheduler", "dynlock_beat_scheduler": "celery.beat:PersistentScheduler"}
+    assert type(scheduler_for(beat_app_for("w", **both), tmp_path, lazy=True)).wrapped is PersistentScheduler
+    for itself in ("django_dynlock.celery.LeaderScheduler", "django_dynlock.celery:LeaderScheduler", LeaderScheduler):
+        app = beat_app_for("w", beat_scheduler=itself)
+        assert type(scheduler_for(app, tmp_path, lazy=True)).wrapped is PersistentScheduler, itself
     made = LeaderScheduler.wrapping(PersistentScheduler, election="other", lease=6)
     custom = made(app=beat_app_for("w"), schedule_filename=str(tmp_path / "s"), lazy=True)
     assert custom.election_name == "other" and custom.lease == 6.0

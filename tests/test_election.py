@@ -530,6 +530,31 @@ def test_campaign_wait_zero_keeps_the_standby_cadence(dynlock):
         rival.close(release=True)
 
 
+def test_campaign_and_campaign_async_make_the_same_requests(dynlock):
+    """One loop of steps for both forms: a look with wait=0 against a live leader is one
+    refused write. (campaign_async went through acquire_async(wait=0), which read the key
+    after the refusal where the refusal carries no item, as on dynalite.)"""
+    rival = peer(dynlock)
+    term = dynlock.election("same", lease=5.0).campaign(wait=5)
+    try:
+        with pytest.raises(LockNotAcquired):
+            rival.election("same").campaign(wait=0)  # the rival's first write reads DynamoDB's clock first
+        counts = []
+        for form in ("sync", "async"):
+            standby = rival.election("same")
+            with count_calls(rival) as calls:
+                with pytest.raises(LockNotAcquired):
+                    if form == "sync":
+                        standby.campaign(wait=0)
+                    else:
+                        asyncio.run(standby.campaign_async(wait=0))
+            counts.append(dict(calls))
+        assert counts == [{"UpdateItem": 1}, {"UpdateItem": 1}], counts
+    finally:
+        term.release()
+        rival.close(release=True)
+
+
 @pytest.mark.parametrize("bad", [-1, float("nan"), "5", True])
 def test_bad_waits_and_polls_are_refused_before_any_request(mock_dynlock, bad):
     from django_dynlock import InvalidArgument

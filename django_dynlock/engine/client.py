@@ -44,7 +44,7 @@ from .lease import Lease, LeaseGroup
 from .multikey import MAX_KEYS_PER_TRANSACTION, GroupAcquirer
 from .options import ClientOptions, check_seconds
 from .stamps import Stamper
-from .steps import run, run_async
+from .steps import Steps, run, run_async
 from .store import Store
 from .table import TableStatus, create_table, describe_table
 from .undoing import Undoer
@@ -266,16 +266,30 @@ class LockClient:
             raise InvalidArgument("try_acquire() makes exactly one attempt and takes no wait=; use acquire(wait=...)")
         if kwargs:
             raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
+        try:
+            return run(self.try_acquire_steps(key, lease=lease, holder=holder), self._keylocks)
+        except LockNotAcquired:
+            return None
+
+    def try_acquire_steps(
+        self, key: str, *, lease: float | None = None, holder: Mapping[str, Any] | None = None
+    ) -> Steps[Lease]:
+        """:meth:`try_acquire`'s one attempt as steps (engine/steps.py), for a recipe
+        whose own loop is steps too (an election's campaign): it returns the Lease, or
+        raises LockNotAcquired (``holder``: what the refusal showed) when the key is busy.
+        Drive it with :meth:`run_steps` or :meth:`run_steps_async`, or ``yield from`` it."""
         self._check_open()
         stored = self.options.prefixed(key)
         rq.holder_map(holder)  # refused before any request if too large
-        try:
-            return run(
-                self._acquirer.acquisition(key, stored, 0.0, self._lease_seconds(lease), holder, single=True),
-                self._keylocks,
-            )
-        except LockNotAcquired:
-            return None
+        return self._acquirer.acquisition(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
+
+    def run_steps(self, steps: Steps[T]) -> T:
+        """Drive ``steps`` on this thread, with this client's in-process gate (``steps.run``)."""
+        return run(steps, self._keylocks)
+
+    async def run_steps_async(self, steps: Steps[T]) -> T:
+        """Drive ``steps`` from a coroutine, on this client's thread pools (``steps.run_async``)."""
+        return await run_async(steps, self._executors, self._keylocks)
 
     def acquire_many(
         self,

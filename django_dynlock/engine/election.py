@@ -6,14 +6,17 @@ that grows with every term. Nothing in the protocol is new. What is new is how a
 standby waits: a leader holds for days, and the acquire loop's pause follows the
 hold's age, so a standby keeps a cadence of its own (see :class:`Election`).
 
-Built on the lock client's public API only (``try_acquire``, ``acquire_async``,
-``get``, ``takeover_in``, ``add_listener``), typed by :class:`ElectionClient`, so
-that this module imports nothing of the client's.
+Built on the lock client's public API only (``try_acquire_steps``, ``run_steps``,
+``run_steps_async``, ``get``, ``takeover_in``, ``add_listener``), typed by
+:class:`ElectionClient`, so that this module imports nothing of the client's. A
+campaign is one generator of steps (engine/steps.py), as an acquisition is: its write
+is ``try_acquire``'s own steps, and the two drivers run the whole.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
 import threading
@@ -26,6 +29,7 @@ from .clock import monotonic
 from .items import LeaseInfo
 from .lease import Lease, LeaseState
 from .options import check_seconds
+from .steps import Send, Sleep, Steps
 
 logger = logging.getLogger("django_dynlock")
 
@@ -50,18 +54,13 @@ ELECTION_HOLDER_KEY = "election"
 class ElectionClient(Protocol):
     """What an :class:`Election` needs of its lock client (a ``LockClient``)."""
 
-    def try_acquire(
+    def try_acquire_steps(
         self, key: str, *, lease: float | None = None, holder: Mapping[str, Any] | None = None
-    ) -> Lease | None: ...
+    ) -> Steps[Lease]: ...
 
-    async def acquire_async(
-        self,
-        key: str,
-        *,
-        wait: float | None = None,
-        lease: float | None = None,
-        holder: Mapping[str, Any] | None = None,
-    ) -> Lease: ...
+    def run_steps(self, steps: Steps[T]) -> T: ...
+
+    async def run_steps_async(self, steps: Steps[T]) -> T: ...
 
     def get(self, key: str, *, include_released: bool = False) -> LeaseInfo | None: ...
 
@@ -263,42 +262,26 @@ class Election:
         """
         check_wait(wait)
         self._stop.clear()
-        return self._campaign(wait)
-
-    def _campaign(self, wait: float | None) -> Lease:
-        started = monotonic()
-        give_up = None if wait is None else started + wait
-        term = self._term
-        if term is not None and term.is_held:
-            return term
-        seen: LeaseInfo | None = None
-        while True:
-            now = monotonic()
-            if self._stop.is_set() or (give_up is not None and now >= give_up and now < self._next_look):
-                raise LockNotAcquired(
-                    self.key, holder=seen, retry_after=max(0.0, self._next_look - now), waited=now - started
-                )
-            if now >= self._next_look:
-                lease, seen = self._look(seen)
-                if lease is not None:
-                    return self._elected(lease)
-                continue
-            pause = self._next_look - now if give_up is None else min(self._next_look, give_up) - now
-            self._stop.wait(pause)
+        return self.client.run_steps(self._campaign_steps(wait))
 
     async def campaign_async(self, wait: float | None = None) -> Lease:
-        """:meth:`campaign` for a coroutine: it sleeps with ``asyncio.sleep`` and holds no
-        thread while it waits (a read runs on the loop's default executor, a write on the
-        client's pool, for one request's time)."""
+        """:meth:`campaign` for a coroutine: the same steps, driven with ``asyncio.sleep``
+        (it holds no thread while it waits; a :meth:`cancel` from another thread is seen
+        within a second) and each request on the client's thread pool for its time."""
         check_wait(wait)
+        self._stop.clear()
+        return await self.client.run_steps_async(self._campaign_steps(wait))
+
+    def _campaign_steps(self, wait: float | None) -> Steps[Lease]:
+        """The campaign as steps (engine/steps.py): :meth:`campaign` drives them on its
+        thread, :meth:`campaign_async` from a coroutine, :meth:`run` again after each
+        loss, so that the three share one cadence and one set of decisions."""
         started = monotonic()
         give_up = None if wait is None else started + wait
-        self._stop.clear()
         term = self._term
         if term is not None and term.is_held:
             return term
         seen: LeaseInfo | None = None
-        loop = asyncio.get_running_loop()
         while True:
             now = monotonic()
             if self._stop.is_set() or (give_up is not None and now >= give_up and now < self._next_look):
@@ -306,42 +289,27 @@ class Election:
                     self.key, holder=seen, retry_after=max(0.0, self._next_look - now), waited=now - started
                 )
             if now >= self._next_look:
-                write = self._write_next
+                # One request at the standby's cadence: a write if the last look asked
+                # for one, else a read.
                 try:
-                    if write:
+                    if self._write_next:
                         try:
-                            lease = await self.client.acquire_async(
-                                self.key, wait=0, lease=self.lease, holder=self.holder
+                            lease = yield from self.client.try_acquire_steps(
+                                self.key, lease=self.lease, holder=self.holder
                             )
                         except LockNotAcquired as busy:
-                            seen = busy.holder
+                            seen = busy.holder or seen
                             self._after_write(busy.holder)
                         else:
                             return self._elected(lease)
                     else:
-                        seen = await loop.run_in_executor(None, self.client.get, self.key)
+                        seen = yield Send(functools.partial(self.client.get, self.key))
                         self._after_read(seen)
                 except DynLockError as error:
                     self._after_error(error)
                 continue
             pause = self._next_look - now if give_up is None else min(self._next_look, give_up) - now
-            # Short naps so that cancel() from another thread is seen within a second.
-            await asyncio.sleep(min(pause, 1.0))
-
-    def _look(self, seen: LeaseInfo | None) -> tuple[Lease | None, LeaseInfo | None]:
-        """One request at the standby's cadence: a write if the last look asked for one, else a read."""
-        try:
-            if self._write_next:
-                lease = self.client.try_acquire(self.key, lease=self.lease, holder=self.holder)
-                if lease is not None:
-                    return lease, seen
-                self._after_write(None)
-                return None, seen
-            seen = self.client.get(self.key)
-            self._after_read(seen)
-        except DynLockError as error:
-            self._after_error(error)
-        return None, seen
+            yield Sleep(pause, wake=self._stop)  # cancel() wakes it
 
     def _pause(self) -> float:
         return jittered(self.poll)
@@ -416,7 +384,8 @@ class Election:
         self._stop.clear()
         while True:
             try:
-                term = self._campaign(None)  # not campaign(): a cancel() meanwhile must stand
+                # Not campaign(), which clears the stop: a cancel() meanwhile must stand.
+                term = self.client.run_steps(self._campaign_steps(None))
             except LockNotAcquired:
                 if self._stop.is_set():
                     return None

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import threading
 import time
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -68,9 +69,16 @@ class OnCancel:
 
 @dataclass(frozen=True)
 class Sleep:
-    """Wait this many seconds before the next step."""
+    """Wait this many seconds before the next step; sooner once ``wake`` is set (an
+    election's cancel from another thread): a thread at once, a coroutine within a second."""
 
     seconds: float
+    wake: threading.Event | None = None
+
+
+# A coroutine's sleep with a ``wake`` event looks at it this often: an event set from
+# another thread cannot wake an asyncio.sleep.
+WAKE_NAP = 1.0
 
 
 Step = Send | Sleep | Enter | Prepare | OnCancel
@@ -79,6 +87,21 @@ Steps = Generator[Step, Any, T]
 
 def _nothing() -> None:
     pass
+
+
+def perform(step: Step, gate: KeyLocks) -> Any:
+    """One step on this thread, as ``run`` does it: the reply to send back into the steps.
+    (The schedule explorer's election world performs each step but a sleep this way.)"""
+    if isinstance(step, Sleep):
+        if step.wake is not None:
+            step.wake.wait(step.seconds)
+        else:
+            time.sleep(step.seconds)
+    elif isinstance(step, Enter):
+        return gate.enter(step.key, max(0.0, step.until - monotonic()))
+    elif isinstance(step, Send):
+        return step.call()
+    return None
 
 
 def run(steps: Steps[T], gate: KeyLocks) -> T:
@@ -95,12 +118,7 @@ def run(steps: Steps[T], gate: KeyLocks) -> T:
             return result
         reply, failure = None, None
         try:
-            if isinstance(step, Sleep):
-                time.sleep(step.seconds)
-            elif isinstance(step, Enter):
-                reply = gate.enter(step.key, max(0.0, step.until - monotonic()))
-            elif isinstance(step, Send):
-                reply = step.call()
+            reply = perform(step, gate)
         except BaseException as exc:  # handed to the steps, which re-raise what they do not handle
             failure = exc
 
@@ -133,7 +151,7 @@ async def run_async(steps: Steps[T], executors: Executors, gate: KeyLocks) -> T:
                 continue
             try:
                 if isinstance(step, Sleep):
-                    await asyncio.sleep(step.seconds)
+                    await _sleep(step)
                 elif isinstance(step, Enter):
                     reply = await gate.enter_async(step.key, step.until)
                 elif isinstance(step, Prepare):
@@ -158,3 +176,12 @@ async def run_async(steps: Steps[T], executors: Executors, gate: KeyLocks) -> T:
                 failure = exc
     finally:
         steps.close()
+
+
+async def _sleep(step: Sleep) -> None:
+    if step.wake is None:
+        await asyncio.sleep(step.seconds)
+        return
+    until = monotonic() + step.seconds
+    while not step.wake.is_set() and (left := until - monotonic()) > 0:
+        await asyncio.sleep(min(left, WAKE_NAP))

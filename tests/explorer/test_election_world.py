@@ -29,7 +29,7 @@ pytestmark = pytest.mark.background
 
 # A seeded schedule in which a term is lost (its leader's link cut past its lease) and
 # another is elected: with the engine's loss events silenced, E2 must catch it.
-SILENT_LOSS = 2
+SILENT_LOSS = 8
 
 
 @pytest.fixture(scope="module")

@@ -151,6 +151,15 @@ class Actor:
     def true(self, mono: float) -> float:
         return T0 + (mono - self.mono_base) / (1.0 + self.rate)
 
+    def when(self, mono: float) -> float:
+        """The first true time at which this actor's clock reads ``mono`` or more: when a
+        thread waiting until ``mono`` wakes. ``true(mono)`` may read a few ulps below it
+        on a skewed clock, where a wait for ``mono`` would not have ended yet."""
+        at = self.true(mono)
+        while self.mono(at) < mono:
+            at = math.nextafter(at, math.inf)
+        return at
+
     def wall(self, t: float) -> float:
         return t + self.wall_offset + (t - T0) * self.rate
 

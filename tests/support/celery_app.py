@@ -50,9 +50,17 @@ def _configure_django() -> None:
         return  # the test process: pytest-django's settings
     import django
 
+    # tests/support/beat_db_app.py: django-celery-beat's tables, in a SQLite file that the
+    # two beats share.
+    beat_database = os.environ.get("DYNLOCK_BEAT_DATABASE")
     settings.configure(
-        INSTALLED_APPS=["django.contrib.contenttypes", "django.contrib.auth", "django_dynlock"],
-        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+        INSTALLED_APPS=[
+            "django.contrib.contenttypes",
+            "django.contrib.auth",
+            "django_dynlock",
+            *(["django_celery_beat"] if beat_database else []),
+        ],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": beat_database or ":memory:"}},
         USE_TZ=True,
         DYNLOCK=dynlock_settings(os.environ["DYNLOCK_TEST_ENDPOINT_URL"], os.environ["DYNLOCK_TEST_TABLE"]),
     )
