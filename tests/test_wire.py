@@ -451,3 +451,9 @@ def test_the_wire_setting_is_validated():
     with pytest.raises(InvalidArgument, match="wire must be one of 'dynlock', 'boto3', got 'botocore'"):
         ClientOptions(wire="botocore")
     json.dumps(ClientOptions(wire="boto3").wire)
+
+
+def test_the_runs_wire_is_the_environments():
+    # DYNLOCK_TEST_WIRE=boto3 (make test-latest's last step) must reach every client left at the default.
+    assert ClientOptions().wire == wire_under_test()
+    assert ClientOptions(wire="boto3").wire == "boto3"
