@@ -457,3 +457,26 @@ def test_the_runs_wire_is_the_environments():
     # DYNLOCK_TEST_WIRE=boto3 (make test-latest's last step) must reach every client left at the default.
     assert ClientOptions().wire == wire_under_test()
     assert ClientOptions(wire="boto3").wire == "boto3"
+
+
+@on_the_wire_path
+@pytest.mark.parametrize(
+    "status, body",
+    [(200, b"<html>a proxy's page</html>"), (502, b"<html>Bad Gateway</html>"), (200, b""), (504, b"")],
+)
+def test_a_reply_that_is_not_json_is_parsed_as_botocore_parses_it(status, body):
+    # An intermediary's answer (a proxy's page, an empty body): botocore's parser decides
+    # what it means on both paths, and failures.py classifies it alike.
+    def answer(request: Any, **_: Any) -> AWSResponse:
+        response = AWSResponse(request.url, status, {"Date": "Sat, 28 Nov 2026 01:02:03 GMT"}, None)
+        response._content = body
+        return response
+
+    reference, ours = boto_for("http://127.0.0.1:9"), boto_for("http://127.0.0.1:9")
+    get = {"TableName": "t", "Key": {"key": {"S": "a"}}, "ConsistentRead": True}
+    Stub(ours)
+    wire = Wire(ours)
+    wire.call("get_item", dict(get))  # learnt, answered by the stub registered first
+    ours.meta.events.register_first("before-send.dynamodb", answer)
+    reference.meta.events.register("before-send.dynamodb", answer)
+    assert outcome(lambda: wire.call("get_item", dict(get))) == outcome(lambda: reference.get_item(**get))

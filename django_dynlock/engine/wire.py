@@ -323,14 +323,20 @@ class Wire:
     def _parse(self, http: Any, model: Any) -> dict[str, Any]:
         status = http.status_code
         headers = http.headers
-        if status >= 300:
-            # botocore's own parser: the error's code, message and modelled fields (Item, CancellationReasons).
-            response = {"headers": headers, "status_code": status, "body": http.content, "context": {}}
-            parsed: dict[str, Any] = self._parser.parse(response, model.output_shape)
-            self._endpoint._add_modeled_error_fields(response, parsed, model, self._parser)  # noqa: SLF001
+        content = http.content
+        parsed: Any = None
+        if status < 300:
+            try:
+                parsed = json.loads(content) if content else {}
+            except ValueError:
+                parsed = None  # not JSON: botocore's parser decides what that means
+        if not isinstance(parsed, dict):
+            # botocore's own parser: an error's code, message and modelled fields (Item, CancellationReasons).
+            response = {"headers": headers, "status_code": status, "body": content, "context": {}}
+            parsed = self._parser.parse(response, model.output_shape)
+            if status >= 300:
+                self._endpoint._add_modeled_error_fields(response, parsed, model, self._parser)  # noqa: SLF001
         else:
-            content = http.content
-            parsed = json.loads(content) if content else {}
             lowered = {k.lower(): v for k, v in headers.items()}
             metadata: dict[str, Any] = {}
             if "x-amzn-requestid" in lowered:
@@ -339,7 +345,7 @@ class Wire:
             metadata["HTTPHeaders"] = lowered
             parsed["ResponseMetadata"] = metadata
         parsed["ResponseMetadata"]["RetryAttempts"] = 0
-        return parsed
+        return parsed  # type: ignore[no-any-return]
 
     def close(self) -> None:
         uid = f"dynlock-wire-{id(self)}"
