@@ -10,7 +10,13 @@ share, hits them alike:
 - ``raw-put-delete``: raw boto3's cheapest lock cycle, a conditional PutItem of the
   whole item and a conditional DeleteItem (python-dynamodb-lock's and dyndbmutex's
   shape: ``bench.suite``'s "PutItem, attribute_not_exists" and "DeleteItem, owner = :me");
+- ``raw-updates``: the raw boto3 floor of ``python -m bench``, the engine's own two
+  conditional UpdateItems sent by hand (``bench.floor.Floor``);
 - ``pdl``: python-dynamodb-lock at its fast settings (``bench.contenders.PDL_FASTEST``).
+
+Then, without a server, django-dynlock's client CPU per cycle on each path with every
+reply given at ``before-send`` (``no_network``): the engine and the request's making
+alone, without the HTTP exchange and the kernel, which all contenders share.
 
 CPU is the measuring process' (``time.process_time``: every thread, the heartbeat's
 too). Medians over the rounds, and each contender's ratio to ``raw-put-delete``.
@@ -31,11 +37,14 @@ import uuid
 from collections.abc import Callable
 from typing import Any
 
+from bench.children import BenchError
 from bench.clients import TABLE, make_client, raw_client, start_local_server
 from bench.contenders import PDL_FASTEST, make_contender
+from bench.floor import Floor
 from bench.rounds import rotated, run_round
+from django_dynlock.engine.options import merge_client_config
 
-NAMES = ("dynlock", "dynlock-boto3", "raw-put-delete", "pdl")
+NAMES = ("dynlock", "dynlock-boto3", "raw-put-delete", "raw-updates", "pdl")
 
 
 class RawPutDelete:
@@ -70,6 +79,7 @@ def cycles(endpoint_url: str, run: str) -> tuple[dict[str, Callable[[], None]], 
     wire = make_client(endpoint_url)
     boto = make_client(endpoint_url, wire="boto3")
     raw = RawPutDelete(endpoint_url)
+    floor = Floor(endpoint_url, merge_client_config(None))
     pdl = make_contender(PDL_FASTEST, endpoint_url)
     pdl_lane = pdl.lane(0)
 
@@ -83,9 +93,10 @@ def cycles(endpoint_url: str, run: str) -> tuple[dict[str, Callable[[], None]], 
         "dynlock": lambda: wire.acquire(f"wire-dynlock-{run}").release(),
         "dynlock-boto3": lambda: boto.acquire(f"wire-boto3-{run}").release(),
         "raw-put-delete": lambda: raw.cycle(f"wire-raw-{run}"),
+        "raw-updates": lambda: floor.cycle(f"wire-floor-{run}"),
         "pdl": pdl_cycle,
     }
-    return out, [lambda: wire.close(release=True), lambda: boto.close(release=True), raw.close, pdl.close]
+    return out, [lambda: wire.close(release=True), lambda: boto.close(release=True), raw.close, floor.close, pdl.close]
 
 
 def profile(cycle: Callable[[], None], n: int = 200, top: int = 15) -> str:
@@ -112,10 +123,20 @@ def measure(kind: str, rounds: int, per_round: int, with_profile: bool) -> dict[
         for name in NAMES:  # warm-up: connections, items, what the wire path learns
             run_round(lambda _i, name=name: cycle_of[name], 1, 30, 10.0)
         seen: dict[str, list[dict[str, Any]]] = {name: [] for name in NAMES}
+        failed: dict[str, list[str]] = {name: [] for name in NAMES}
         for index in range(rounds):
             for name in rotated(NAMES, index):
-                seen[name].append(run_round(lambda _i, name=name: cycle_of[name], 1, per_round, 30.0))
-        out: dict[str, Any] = {"server": kind, "rounds": rounds, "cycles_per_round": per_round, "contenders": {}}
+                try:
+                    seen[name].append(run_round(lambda _i, name=name: cycle_of[name], 1, per_round, 30.0))
+                except BenchError as exc:  # a request timed out on a loaded machine: the round is left out
+                    failed[name].append(str(exc))
+        out: dict[str, Any] = {
+            "server": kind,
+            "rounds": rounds,
+            "cycles_per_round": per_round,
+            "failed_rounds": failed,
+            "contenders": {},
+        }
         for name in NAMES:
             cpu = [r["cpu_us_per_cycle"] for r in seen[name]]
             rate = [r["rate"] for r in seen[name]]
@@ -133,7 +154,7 @@ def measure(kind: str, rounds: int, per_round: int, with_profile: bool) -> dict[
             # Paired per round: the same stretch of the machine's load.
             mine["cpu_vs_raw_paired_median"] = statistics.median(
                 a["cpu_us_per_cycle"] / b["cpu_us_per_cycle"] for a, b in zip(seen[name], seen["raw-put-delete"])
-            )
+            )  # pairs by position: a left-out round shifts them (failed_rounds says when)
         if with_profile:
             out["profile"] = {name: profile(cycle_of[name]) for name in ("dynlock-boto3", "dynlock")}
         return out
@@ -144,6 +165,41 @@ def measure(kind: str, rounds: int, per_round: int, with_profile: bool) -> dict[
             except Exception:  # noqa: BLE001 (the server goes next anyway)
                 pass
         server.stop()
+
+
+def no_network(cycles: int = 1000, rounds: int = 5) -> dict[str, Any]:
+    """django-dynlock's client CPU per acquire+release on each path, every reply given at
+    ``before-send`` (a reply as DynamoDB's, with a Date): no HTTP exchange, no kernel."""
+    from email.utils import formatdate
+
+    from botocore.awsrequest import AWSResponse
+
+    def answer(request: Any, **_: Any) -> Any:
+        body = json.loads(request.body)
+        attributes = {"Attributes": {"fence": {"N": "17"}}} if body.get("ReturnValues") == "ALL_NEW" else {}
+        response = AWSResponse(request.url, 200, {"Date": formatdate(usegmt=True), "x-amzn-RequestId": "r"}, None)
+        response._content = json.dumps(attributes).encode()
+        return response
+
+    clients = {
+        name: make_client("http://127.0.0.1:9", wire=wire)
+        for name, wire in (("dynlock", "dynlock"), ("dynlock-boto3", "boto3"))
+    }
+    seen: dict[str, list[float]] = {name: [] for name in clients}
+    try:
+        for client in clients.values():
+            client.boto.meta.events.register("before-send.dynamodb", answer)
+            client.acquire("k").release()
+        for index in range(rounds):
+            for name in rotated(list(clients), index):
+                started = time.process_time()
+                for _ in range(cycles):
+                    clients[name].acquire("k").release()
+                seen[name].append((time.process_time() - started) / cycles * 1e6)
+    finally:
+        for client in clients.values():
+            client.close()
+    return {name: {"cpu_us_per_cycle": statistics.median(v), "cpu_us_all": v} for name, v in seen.items()}
 
 
 def table(results: list[dict[str, Any]]) -> str:
@@ -170,7 +226,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = [measure(kind, args.rounds, args.cycles, args.profile) for kind in args.servers.split(",")]
     print(table(results))
-    for result in results:
+    offline = no_network()
+    print(
+        "\nno network (replies at before-send): "
+        + ", ".join(f"{k} {v['cpu_us_per_cycle']:,.0f} µs" for k, v in offline.items())
+    )
+    results.append({"no_network": offline})
+    for result in results[:-1]:
         for name, text in result.get("profile", {}).items():
             print(f"\n## {result['server']}: {name}\n{text}")
     if args.out:

@@ -221,7 +221,8 @@ class Wire:
         model = self._models[operation]
         name = model.name
         events = self._events
-        context: dict[str, Any] = {"client_region": template.region, "client_config": self._client.meta.config}
+        meta = self._client.meta
+        context: dict[str, Any] = {"client_region": meta.region_name, "client_config": meta.config}
         # botocore's own handlers fill in what the caller left out (a transaction's idempotency token).
         events.emit(f"before-parameter-build.{self._sid}.{name}", params=params, model=model, context=context)
         body = json.dumps(params).encode("utf-8")
