@@ -480,3 +480,91 @@ def test_a_reply_that_is_not_json_is_parsed_as_botocore_parses_it(status, body):
     ours.meta.events.register_first("before-send.dynamodb", answer)
     reference.meta.events.register("before-send.dynamodb", answer)
     assert outcome(lambda: wire.call("get_item", dict(get))) == outcome(lambda: reference.get_item(**get))
+
+
+# -- the client's resolved configuration ------------------------------------------------------
+
+
+@on_the_wire_path
+def test_the_endpoint_from_aws_endpoint_url_dynamodb_is_botocores(server, monkeypatch):
+    # No ENDPOINT_URL: botocore resolves it from the environment, and the wire path sends there.
+    from tests.support.clients import client_for
+
+    monkeypatch.setenv("AWS_ENDPOINT_URL_DYNAMODB", server.endpoint_url)
+    client = client_for(None, f"wire-{uuid.uuid4().hex[:8]}")
+    try:
+        client.create_table(wait=True)
+        client.acquire("a").release()
+        client.acquire("b").release()  # on the wire path
+        template = client._store.wire._templates["update_item"]
+        assert template is not None and template.url.rstrip("/") == server.endpoint_url.rstrip("/")
+        assert client.get("b", include_released=True) is not None
+    finally:
+        client.close(release=True)
+
+
+class ForwardProxy:
+    """An HTTP forward proxy on loopback that counts the requests it passes on."""
+
+    def __init__(self) -> None:
+        import http.client
+        import http.server
+        import threading
+        from urllib.parse import urlsplit
+
+        proxy = self
+        self.seen: list[str] = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_POST(self) -> None:
+                target = urlsplit(self.path)  # absolute: a request to a forward proxy
+                proxy.seen.append(self.headers.get("X-Amz-Target", ""))
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("proxy-connection", "connection")}
+                upstream = http.client.HTTPConnection(target.hostname, target.port, timeout=5)
+                upstream.request("POST", target.path or "/", body, headers)
+                reply = upstream.getresponse()
+                data = reply.read()
+                self.send_response(reply.status)
+                for k, v in reply.getheaders():
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length", "date", "server"):
+                        self.send_header(k, v)
+                self.send_header("Date", reply.getheader("Date") or "")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+                upstream.close()
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+        self.thread.start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+@on_the_wire_path
+def test_requests_go_through_the_proxy_of_the_client_config(server):
+    # CLIENT_CONFIG's proxies are botocore's: the wire path's requests pass through them too.
+    from tests.support.clients import client_for
+
+    proxy = ForwardProxy()
+    table = f"wire-{uuid.uuid4().hex[:8]}"
+    client = client_for(server.endpoint_url, table, client_config={"proxies": {"http": proxy.url}})
+    try:
+        client.create_table(wait=True)
+        proxy.seen.clear()
+        for key in ("a", "b", "c"):
+            client.acquire(key).release()
+        assert client._store.wire._templates["update_item"] is not None
+        assert proxy.seen == ["DynamoDB_20120810.UpdateItem"] * 6
+    finally:
+        client.close(release=True)
+        proxy.close()
