@@ -15,6 +15,8 @@
 #                    3.13 or 3.12 found (PATH, then pyenv), on DynamoDB Local; then the admin's
 #                    on Django 6.0 and Python 3.12
 #   make test-django the same on another Django and Python: make test-django DJANGO=6.0 PY=3.12
+#   make test-boto3  the engine's core tests through plain boto3 (WIRE = "boto3"), on DynamoDB
+#                    Local: the last step of test-latest
 #   make run         demo site at http://127.0.0.1:8000/admin/ (admin/admin), in its own .venv-demo
 #   make clean       remove venvs, node_modules, .demo and the built docs
 #
@@ -44,7 +46,7 @@ DJANGO_LAYER_TESTS := tests/test_conf.py tests/test_checks_table.py tests/test_d
 	tests/commands tests/test_singleton.py tests/test_admin.py tests/test_admin_browser.py tests/test_uvicorn.py \
 	tests/test_i18n.py tests/test_display.py tests/test_logging.py
 
-.PHONY: venv node java browser postgresql gettext lint docs test test-latest test-django test-endpoint run clean
+.PHONY: venv node java browser postgresql gettext lint docs test test-latest test-django test-boto3 test-endpoint run clean
 
 venv: $(VENV)/.installed
 
@@ -174,7 +176,16 @@ test-latest:
 	@status=0; \
 	$(MAKE) --no-print-directory test-django DJANGO=6.1 PY="3.13 3.12" || status=$$?; \
 	$(MAKE) --no-print-directory test-django DJANGO=6.0 PY=3.12 DJANGO_LAYER_TESTS="$(ADMIN_TESTS)" || status=$$?; \
+	$(MAKE) --no-print-directory test-boto3 || status=$$?; \
 	exit $$status
+
+# The engine's core tests through plain boto3 (WIRE = "boto3", flipped for every client
+# by DYNLOCK_TEST_WIRE): the main pass runs them on the wire path. In make test, the last
+# step of the newest-Django pass, in its slack beside the parallel pass.
+BOTO3_WIRE_TESTS := tests/test_engine.py tests/test_wire.py
+test-boto3: venv
+	DYNLOCK_TEST_WIRE=boto3 DYNLOCK_TEST_SERVERS=dynamodb-local $(VENV)/bin/python -m pytest $(XDIST) -m "not slow" \
+		$(BOTO3_WIRE_TESTS) $(PYTEST_ARGS)
 
 # The real-server tests against an endpoint the suite did not start (docs/testing.md):
 #   make test-endpoint DYNLOCK_TEST_ENDPOINT=http://127.0.0.1:8000

@@ -265,6 +265,17 @@ def _alias_problems(alias: str, raw: Any, flat: list[str] | None = None) -> list
                     reserved=", ".join(sorted(rules.ITEM_ATTRIBUTES)),
                 )
             )
+    if typed_ok["WIRE"] and not rules.valid_wire(values["WIRE"]):
+        found.append(
+            _problem(
+                "dynlock.E016",
+                _("{where} must be one of {choices}, got {value!r}."),
+                _("'dynlock' (the default) sends the engine's requests on its own wire path; 'boto3' through boto3."),
+                where=_where(alias, "WIRE"),
+                choices=", ".join(map(repr, rules.WIRE_CHOICES)),
+                value=values["WIRE"],
+            )
+        )
     region = values["REGION_NAME"]
     if typed_ok["REGION_NAME"] and region is not None and not rules.valid_region(region):
         found.append(

@@ -259,3 +259,16 @@ def test_importing_the_app_reads_no_settings():
         env={"PATH": "/usr/bin:/bin", "PYTHONPATH": "."},
     )
     assert result.returncode == 0, result.stderr
+
+
+@pytest.mark.parametrize("wire", ["botocore", "Boto3", ""])
+def test_an_unknown_wire_is_a_check_error(settings, wire):
+    settings.DYNLOCK = {"default": {"REGION_NAME": "eu-west-1", "WIRE": wire}}
+    (message,) = checks.run_checks(tags=["dynlock"])
+    assert message.id == "dynlock.E016" and repr(wire) in message.msg and "'dynlock', 'boto3'" in message.msg
+
+
+def test_wire_boto3_is_a_valid_setting(settings):
+    settings.DYNLOCK = {"default": {"REGION_NAME": "eu-west-1", "WIRE": "boto3"}}
+    assert checks.run_checks(tags=["dynlock"]) == []
+    assert get_options().wire == "boto3"

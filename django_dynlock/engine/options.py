@@ -235,6 +235,9 @@ SETTINGS: tuple[Setting, ...] = (
     _seconds("max_retry_delay", 0.025),
     Setting("key_attribute", "key", "an attribute name string", (str,)),
     Setting("ttl_attribute", "gc_at", "an attribute name string", (str,)),
+    # How requests reach DynamoDB: "dynlock" (engine/wire.py: botocore's signer and
+    # connection pool, without its per-request machinery) or "boto3" (the boto3 client's methods).
+    Setting("wire", "dynlock", "'dynlock' or 'boto3'", (str,)),
 )
 SETTING = {setting.field: setting for setting in SETTINGS}
 _DEFAULT = {setting.field: setting.default for setting in SETTINGS}
@@ -290,6 +293,14 @@ def half_key_pair(session_options: Mapping[str, Any]) -> tuple[str, str] | None:
     if len(given) != 1:
         return None
     return given[0], next(name for name in KEY_PAIR if name != given[0])
+
+
+# The choices of WIRE: the engine's own wire path (engine/wire.py), or the boto3 client's methods.
+WIRE_CHOICES = ("dynlock", "boto3")
+
+
+def valid_wire(wire: object) -> bool:
+    return wire in WIRE_CHOICES
 
 
 def valid_endpoint(url: str) -> bool:
@@ -352,6 +363,7 @@ class ClientOptions:
     max_retry_delay: float = _DEFAULT["max_retry_delay"]
     key_attribute: str = _DEFAULT["key_attribute"]
     ttl_attribute: str = _DEFAULT["ttl_attribute"]
+    wire: str = _DEFAULT["wire"]
     alias: str = "default"
     # Left out (None): our defaults, their timeouts fitted to lease_duration (as heartbeat_period).
     client_config: Config = field(default=cast(Config, None), repr=False, compare=False)
@@ -399,6 +411,8 @@ class ClientOptions:
             )
         if retry_delays_crossed(self.min_retry_delay, self.max_retry_delay):
             raise InvalidArgument("min_retry_delay must not exceed max_retry_delay")
+        if not valid_wire(self.wire):
+            raise InvalidArgument(f"wire must be one of {', '.join(map(repr, WIRE_CHOICES))}, got {self.wire!r}")
 
     @property
     def call_attempts(self) -> int:

@@ -24,6 +24,7 @@ from .clock import ServerClock, monotonic, reply_date
 from .connection import build_boto_client
 from .failures import error_code, is_throttling, may_have_applied, raised_into, safe_endpoint, translate
 from .options import ClientOptions
+from .wire import Wire
 
 logger = logging.getLogger("django_dynlock")
 
@@ -59,6 +60,7 @@ class Store:
         self.options = options
         self.clock = clock
         self._boto = boto_client
+        self._wire: Wire | None = None
         self._check_open = check_open
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -94,6 +96,18 @@ class Store:
                     except BotoCoreError as exc:  # no region, an unknown profile, ...
                         raise self.translate(exc, "build the DynamoDB client") from exc
         return self._boto
+
+    @property
+    def wire(self) -> Wire | None:
+        """The wire path on the boto3 client (engine/wire.py); None when WIRE is "boto3"."""
+        if self.options.wire == "boto3":
+            return None
+        if self._wire is None:
+            boto = self.boto
+            with self._lock:
+                if self._wire is None:
+                    self._wire = Wire(boto)
+        return self._wire
 
     @property
     def built(self) -> bool:
@@ -171,18 +185,21 @@ class Store:
             time.sleep(backoff(self.options, failures - 1))
 
     def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
-        """One botocore call; its reply's Date header narrows our view of DynamoDB's clock.
+        """One request, on the wire path (or the boto3 client's method: WIRE); its reply's
+        Date header narrows our view of DynamoDB's clock.
 
         An exception the caller's own code raised into the request (a signal handler, a
         soft time limit) is raised as it was, not as botocore wrapped it: it is not the
         network's, and nothing retries it. The request may have been applied: the
         callers' undo assumes so of any exception they do not know (acquiring.py).
         """
-        method = getattr(self.boto, operation)
+        wire = self.wire
         sent = monotonic()
         own: BaseException | None = None
         try:
-            reply: dict[str, Any] = method(**params)
+            reply: dict[str, Any] = (
+                getattr(self.boto, operation)(**params) if wire is None else wire.call(operation, params)
+            )
         except ClientError as exc:
             date = reply_date(exc.response)
             if date is not None:  # an error without one may be an intermediary's: it says nothing of DynamoDB

@@ -13,4 +13,9 @@
 - ``decorated_views``: the URLconf of tests/test_decorator.py.
 - ``admin_server``: the test project served for real, for the browser test.
 - ``endpoint_cost``: ``python -m tests.support.endpoint_cost URL`` (docs/testing.md).
+- ``wire``: ``DYNLOCK_TEST_WIRE=boto3``, the run through plain boto3, applied on import here.
 """
+
+from tests.support import wire as _wire
+
+_wire.apply()

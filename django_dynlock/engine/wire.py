@@ -1,0 +1,354 @@
+"""The engine's requests to DynamoDB without botocore's per-request machinery.
+
+botocore spends about 0.6 ms of CPU on each ``UpdateItem`` validating the parameters
+against the service model, serializing them, resolving the endpoint's rules, emitting
+a dozen events and parsing the reply shape by shape. The engine sends a handful of
+request shapes whose parameters are already DynamoDB's wire JSON (typed attribute
+values), so the body is ``json.dumps`` of them, as botocore's serializer would write it.
+
+Everything that decides what the request is stays boto3's and botocore's:
+
+- The URL, the headers botocore sets (``X-Amz-Target``, ``Content-Type``, the user agent
+  with its feature ids, ``amz-sdk-request``) and the signing name and region are learnt
+  once per operation from botocore itself: the first request of each kind is sent by
+  the boto3 client, and its ``before-send`` shows what botocore made of it.
+- The signature is botocore's ``SigV4Auth`` with the client's credentials, frozen per
+  request with ``get_frozen_credentials()`` as botocore's signer does, so refreshable
+  credentials (instance roles, SSO, assume-role) are refreshed as boto3 refreshes them.
+- The request goes through the client's own ``URLLib3Session``: its connection pool,
+  proxies, TLS verification and CA bundle, timeouts, and its mapping of transport
+  failures to botocore's exceptions.
+- The client's events are emitted as botocore emits them (``before-parameter-build``,
+  ``before-call``, ``before-send``, ``after-call``), so botocore's own handlers (the
+  idempotency token of a transaction, the recursion-detection header) and the user's
+  (counting calls, tracing, a stub answering ``before-send``) still see each request.
+- An error reply (status 300 or more) is parsed by the client's own parser and raised
+  as the client's modelled ``ClientError``: the same code, message, status, item on a
+  failed condition and cancellation reasons, so every classification in failures.py
+  holds. A success is parsed with ``json`` (the engine's items hold no binary values,
+  the one type botocore would decode), with botocore's ``ResponseMetadata``.
+
+``WIRE = "boto3"`` in an alias (``wire="boto3"`` in ClientOptions) sends every
+request through the boto3 client instead.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import uuid
+from concurrent.futures import CancelledError
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSPreparedRequest
+from botocore.exceptions import (
+    ConnectionClosedError,
+    ConnectTimeoutError,
+    EndpointConnectionError,
+    HTTPClientError,
+    NoCredentialsError,
+    ProxyConnectionError,
+    ReadTimeoutError,
+    SSLError,
+)
+from botocore.hooks import first_non_none_response
+from botocore.httpsession import mask_proxy_url
+from botocore.utils import ensure_boolean
+from urllib3.exceptions import ConnectTimeoutError as URLLib3ConnectTimeoutError
+from urllib3.exceptions import NewConnectionError, ProtocolError, ProxyError
+from urllib3.exceptions import ReadTimeoutError as URLLib3ReadTimeoutError
+from urllib3.exceptions import SSLError as URLLib3SSLError
+from urllib3.util.retry import Retry
+
+# The requests the engine sends on every lock operation, by boto3 method name. Table
+# administration (create, describe, TTL) stays boto3's: it is rare and its replies
+# carry timestamps botocore parses.
+OPERATIONS = {
+    "update_item": "UpdateItem",
+    "get_item": "GetItem",
+    "batch_get_item": "BatchGetItem",
+    "transact_write_items": "TransactWriteItems",
+    "put_item": "PutItem",
+    "delete_item": "DeleteItem",
+    "query": "Query",
+    "scan": "Scan",
+}
+
+# Headers set per request by signing and by the endpoint (the template is without them).
+_PER_REQUEST = frozenset(
+    {
+        "authorization",
+        "x-amz-date",
+        "x-amz-security-token",
+        "amz-sdk-invocation-id",
+        "content-length",
+        "x-amzn-trace-id",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Template:
+    """What botocore makes of one operation, besides its body and signature."""
+
+    url: str
+    headers: tuple[tuple[str, str], ...]  # botocore's, in its order, before signing
+    sdk_request: str | None  # amz-sdk-request: attempt and max, as botocore's retry handler writes it
+    signing_name: str
+    region: str
+    auth_path: str | None
+
+
+_NO_RETRIES = Retry(False)
+
+
+class _Reply:
+    """The reply as botocore's handlers read an ``AWSResponse``: ``status_code``, ``headers``
+    (case-insensitive), ``content``, ``raw`` (the urllib3 response)."""
+
+    __slots__ = ("content", "headers", "raw", "status_code", "url")
+
+    def __init__(self, url: str, raw: Any) -> None:
+        self.url = url
+        self.raw = raw
+        self.status_code: int = raw.status
+        self.headers = raw.headers
+        self.content: bytes = raw.data
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8")
+
+
+class _Signable:
+    """What botocore's ``SigV4Auth.add_auth`` reads and writes of an ``AWSRequest``, without
+    its email-based header map and the ``prepare()`` that each read of its ``body`` costs."""
+
+    __slots__ = ("auth_path", "body", "context", "headers", "method", "params", "url")
+
+    def __init__(
+        self, url: str, headers: dict[str, str], body: bytes, context: dict[str, Any], auth_path: str | None
+    ) -> None:
+        self.method = "POST"
+        self.url = url
+        self.headers = headers
+        self.body = body
+        self.params: dict[str, str] = {}
+        self.context = context
+        self.auth_path = auth_path
+
+
+class Wire:
+    """The engine's requests on one boto3 DynamoDB client (thread-safe)."""
+
+    def __init__(self, boto_client: Any) -> None:
+        self._client = boto_client
+        self._events = boto_client.meta.events
+        self._session = boto_client._endpoint.http_session  # noqa: SLF001 (botocore's own pool: see the module's docstring)
+        self._parser = boto_client._response_parser  # noqa: SLF001
+        self._endpoint = boto_client._endpoint  # noqa: SLF001
+        self._signer = boto_client._request_signer  # noqa: SLF001
+        self._service = boto_client.meta.service_model
+        self._models = {name: self._service.operation_model(op) for name, op in OPERATIONS.items()}
+        self._templates: dict[str, Template | None] = {}
+        self._learning = threading.local()
+        self._lock = threading.Lock()
+        self._sid = self._service.service_id.hyphenize()
+        uid = f"dynlock-wire-{id(self)}"
+        # First at before-send: the headers as botocore made them, before a user's handler sees them.
+        self._events.register("before-sign.dynamodb", self._on_sign, unique_id=f"{uid}-sign")
+        self._events.register_first("before-send.dynamodb", self._on_send, unique_id=f"{uid}-send")
+
+    # -- learning an operation's template -------------------------------------------------
+    def _on_sign(self, request: Any, signing_name: str, region_name: str, signature_version: Any, **_: Any) -> None:
+        seen = getattr(self._learning, "seen", None)
+        if seen is None:
+            return
+        signing = request.context.get("signing", {})
+        seen["signature_version"] = signature_version
+        seen["signing_name"] = signing.get("signing_name") or signing_name
+        seen["region"] = signing.get("region") or region_name
+        seen["custom_identity"] = bool(signing.get("request_credentials") or signing.get("identity_cache"))
+        seen["auth_path"] = request.auth_path
+
+    def _on_send(self, request: Any, **_: Any) -> None:
+        seen = getattr(self._learning, "seen", None)
+        if seen is None:
+            return
+        seen["url"] = request.url
+        seen["headers"] = [(k, v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()]
+
+    def call(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """``boto_client.<operation>(**params)``, sent on the wire path once it has the operation's template."""
+        template = self._templates.get(operation)
+        if template is not None:
+            return self._send(operation, template, dict(params))
+        method = getattr(self._client, operation)
+        if operation not in OPERATIONS or operation in self._templates:  # None: botocore does not sign it as we would
+            return method(**params)  # type: ignore[no-any-return]
+        seen: dict[str, Any] = {}
+        self._learning.seen = seen
+        try:
+            return method(**params)  # type: ignore[no-any-return]
+        finally:
+            self._learning.seen = None
+            if "url" in seen:  # it reached before-send, whatever came after
+                with self._lock:
+                    self._templates.setdefault(operation, self._template(seen))
+
+    @staticmethod
+    def _template(seen: dict[str, Any]) -> Template | None:
+        """What a request botocore sent shows of its operation; None if it was not signed with SigV4 as we sign."""
+        if seen.get("signature_version") != "v4" or seen.get("custom_identity") or not seen.get("region"):
+            return None
+        headers = tuple((k, v) for k, v in seen["headers"] if k.lower() not in _PER_REQUEST)
+        sdk_request = next((v for k, v in headers if k.lower() == "amz-sdk-request"), None)
+        return Template(
+            url=seen["url"],
+            headers=tuple((k, v) for k, v in headers if k.lower() != "amz-sdk-request"),
+            sdk_request=sdk_request,
+            signing_name=seen["signing_name"],
+            region=seen["region"],
+            auth_path=seen["auth_path"],
+        )
+
+    def _send(self, operation: str, template: Template, params: dict[str, Any]) -> dict[str, Any]:
+        model = self._models[operation]
+        name = model.name
+        events = self._events
+        meta = self._client.meta
+        context: dict[str, Any] = {"client_region": meta.region_name, "client_config": meta.config}
+        # botocore's own handlers fill in what the caller left out (a transaction's idempotency token).
+        events.emit(f"before-parameter-build.{self._sid}.{name}", params=params, model=model, context=context)
+        body = json.dumps(params).encode("utf-8")
+        request_dict = {
+            "url_path": "/",
+            "query_string": "",
+            "method": "POST",
+            "headers": dict(template.headers),
+            "body": body,
+            "url": template.url,
+            "context": context,
+        }
+        _, answer = events.emit_until_response(
+            f"before-call.{self._sid}.{name}",
+            model=model,
+            params=request_dict,
+            request_signer=self._signer,
+            context=context,
+        )
+        if answer is not None:  # a stub's (http response, parsed)
+            http, parsed = answer
+        else:
+            http = self._http(name, template, request_dict, context)
+            parsed = self._parse(http, model)
+        events.emit(f"after-call.{self._sid}.{name}", http_response=http, parsed=parsed, model=model, context=context)
+        if http.status_code >= 300:
+            code = parsed.get("Error", {}).get("Code")
+            raise self._client.exceptions.from_code(code)(parsed, name)
+        return parsed  # type: ignore[no-any-return]
+
+    def _http(self, name: str, template: Template, request_dict: dict[str, Any], context: dict[str, Any]) -> Any:
+        body = request_dict["body"]
+        request = _Signable(request_dict["url"], request_dict["headers"], body, context, template.auth_path)
+        credentials = self._signer._credentials  # noqa: SLF001 (what botocore's signer freezes per request)
+        if credentials is None:
+            raise NoCredentialsError()
+        SigV4Auth(credentials.get_frozen_credentials(), template.signing_name, template.region).add_auth(request)
+        headers = request.headers
+        headers["amz-sdk-invocation-id"] = str(uuid.uuid4())
+        if template.sdk_request is not None:
+            headers["amz-sdk-request"] = template.sdk_request
+        headers["Content-Length"] = str(len(body))
+        prepared = AWSPreparedRequest("POST", request.url, headers, body, False)
+        prepared.context = context
+        responses = self._events.emit(f"before-send.{self._sid}.{name}", request=prepared)
+        http = first_non_none_response(responses)
+        if http is None:
+            http = self._transmit(prepared)
+        return http
+
+    def _transmit(self, request: AWSPreparedRequest) -> _Reply:
+        """``URLLib3Session.send`` of botocore, less its ``AWSResponse``: the same proxy,
+        pool, TLS settings and timeouts, the same exceptions for the same failures, and
+        the reply read whole."""
+        session = self._session
+        url = request.url
+        proxy_url = None
+        try:
+            proxy_url = session._proxy_config.proxy_url_for(url)  # noqa: SLF001
+            manager = session._get_connection_manager(url, proxy_url)  # noqa: SLF001
+            conn = manager.connection_from_url(url)
+            session._setup_ssl_cert(conn, url, session._verify)  # noqa: SLF001
+            if ensure_boolean(os.environ.get("BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER", "")):
+                conn.proxy_headers["host"] = urlparse(url).hostname
+            extra: dict[str, Any] = {}
+            timeout = session._get_request_timeout(request)  # noqa: SLF001
+            if timeout is not None:
+                extra["timeout"] = timeout
+            reply = conn.urlopen(
+                method="POST",
+                url=session._get_request_target(url, proxy_url),  # noqa: SLF001
+                body=request.body,
+                headers=request.headers,
+                retries=_NO_RETRIES,
+                assert_same_host=False,
+                preload_content=True,
+                decode_content=False,
+                enforce_content_length=False,
+                **extra,
+            )
+            return _Reply(url, reply)
+        except URLLib3SSLError as e:
+            raise SSLError(endpoint_url=url, error=e) from None
+        except (NewConnectionError, socket.gaierror) as e:
+            raise EndpointConnectionError(endpoint_url=url, error=e) from None
+        except ProxyError as e:
+            raise ProxyConnectionError(proxy_url=mask_proxy_url(proxy_url), error=e) from None
+        except URLLib3ConnectTimeoutError as e:
+            raise ConnectTimeoutError(endpoint_url=url, error=e) from None
+        except URLLib3ReadTimeoutError as e:
+            raise ReadTimeoutError(endpoint_url=url, error=e) from None
+        except ProtocolError as e:
+            raise ConnectionClosedError(error=e, request=request, endpoint_url=url) from None
+        except CancelledError:
+            raise
+        except Exception as e:
+            raise HTTPClientError(error=e) from None
+
+    def _parse(self, http: Any, model: Any) -> dict[str, Any]:
+        status = http.status_code
+        headers = http.headers
+        content = http.content
+        parsed: Any = None
+        if status < 300:
+            try:
+                parsed = json.loads(content) if content else {}
+            except ValueError:
+                parsed = None  # not JSON: botocore's parser decides what that means
+        if not isinstance(parsed, dict):
+            # botocore's own parser: an error's code, message and modelled fields (Item, CancellationReasons).
+            response = {"headers": headers, "status_code": status, "body": content, "context": {}}
+            parsed = self._parser.parse(response, model.output_shape)
+            if status >= 300:
+                self._endpoint._add_modeled_error_fields(response, parsed, model, self._parser)  # noqa: SLF001
+        else:
+            lowered = {k.lower(): v for k, v in headers.items()}
+            metadata: dict[str, Any] = {}
+            if "x-amzn-requestid" in lowered:
+                metadata["RequestId"] = lowered["x-amzn-requestid"]
+            metadata["HTTPStatusCode"] = status
+            metadata["HTTPHeaders"] = lowered
+            parsed["ResponseMetadata"] = metadata
+        parsed["ResponseMetadata"]["RetryAttempts"] = 0
+        return parsed  # type: ignore[no-any-return]
+
+    def close(self) -> None:
+        uid = f"dynlock-wire-{id(self)}"
+        self._events.unregister("before-sign.dynamodb", unique_id=f"{uid}-sign")
+        self._events.unregister("before-send.dynamodb", unique_id=f"{uid}-send")
