@@ -121,13 +121,19 @@ class GroupAcquirer:
         self.executors = executors
 
     def acquisition(
-        self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
+        self,
+        by_stored: dict[str, str],
+        wait_s: float,
+        lease_s: float,
+        holder: Mapping[str, Any] | None,
+        *,
+        metrics_name: str | None = None,
     ) -> Steps[LeaseGroup]:
         """acquire_many() after its arguments were checked (``by_stored`` maps stored keys
         to keys), its in-process gates and its undo included, as steps: ``steps.run``
         drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
-        terms = Terms(started + wait_s, lease_s, holder)
+        terms = Terms(started + wait_s, lease_s, holder, metrics_name)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
         entered: list[str] = []
         try:
@@ -147,7 +153,7 @@ class GroupAcquirer:
                 yield Send(functools.partial(self._undo_all, progress), holding=True)
                 raise
         except BaseException as error:
-            self._leave_all(entered, error)
+            self._leave_all(entered, error, metrics_name)
             raise
         return self._held_group(leases, started)
 
@@ -156,11 +162,11 @@ class GroupAcquirer:
             self.keeper.start(one, waited=monotonic() - started)
         return LeaseGroup(self.client, leases)
 
-    def _leave_all(self, entered: list[str], error: BaseException) -> None:
+    def _leave_all(self, entered: list[str], error: BaseException, metrics_name: str | None = None) -> None:
         for stored in entered:
             self.keylocks.leave(stored)
         if isinstance(error, LockNotAcquired):
-            self.events.emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+            self.events.emit("busy", key=error.key, holder=error.holder, waited=error.waited, name=metrics_name)
 
     def _undo_all(self, progress: Progress) -> None:
         """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then
