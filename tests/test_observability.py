@@ -20,7 +20,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -279,3 +278,147 @@ def test_one_scrape_sums_three_gunicorn_workers(dynamodb_local_server, settings,
     hold = ("dynlock_hold_seconds_count", labels[:2])
     assert after[hold] - before.get(hold, 0) == 18
     assert after[("dynlock_held", labels[:2])] == 0
+
+
+@pytest.fixture
+def traced(settings):
+    """In-memory spans and metrics; the Django request instrumented as a project would
+    (opentelemetry-instrumentation-django), dynlock through its instrumentor."""
+    from opentelemetry.instrumentation.django import DjangoInstrumentor
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider()
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    settings.ROOT_URLCONF = "tests.support.observed_views"
+    settings.ALLOWED_HOSTS = ["testserver"]
+    DjangoInstrumentor().instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    DynlockInstrumentor().instrument(tracer_provider=tracer_provider, meter_provider=meter_provider)
+    try:
+        yield exporter, reader
+    finally:
+        DynlockInstrumentor().uninstrument()
+        DjangoInstrumentor().uninstrument()
+
+
+def test_the_acquire_span_is_nested_under_the_requests_span(dynamodb_local_server, settings, traced, client):
+    exporter, reader = traced
+    with fresh_table(settings, dynamodb_local_server.endpoint_url) as locks:
+        assert client.get("/report/acme/").status_code == 200
+        # Busy: another process (another client) holds the key while the view waits 0.6 s.
+        other = client_for(dynamodb_local_server.endpoint_url, locks.options.table_name)
+        try:
+            with other.acquire("report:globex"):
+                assert client.get("/report/globex/").status_code == 423
+        finally:
+            other.close()
+
+    spans = exporter.get_finished_spans()
+    requests = [span for span in spans if span.attributes.get("http.route") == "report/<str:tenant>/"]
+    # The views' spans; the other client's acquire (outside any request) is a root span.
+    in_requests = {request.context.span_id for request in requests}
+    acquires = [span for span in spans if span.name == "dynlock.acquire" and span.parent is not None]
+    releases = [span for span in spans if span.name == "dynlock.release" and span.parent is not None]
+    roots = [span.name for span in spans if span.name.startswith("dynlock.") and span.parent is None]
+    assert len(requests) == 2 and len(acquires) == 2 and len(releases) == 1, [span.name for span in spans]
+    assert {span.parent.span_id for span in acquires + releases} <= in_requests
+    assert sorted(roots) == ["dynlock.acquire", "dynlock.release"]
+    for request, acquire in zip(requests, acquires):
+        assert acquire.parent is not None and acquire.parent.span_id == request.context.span_id
+        assert acquire.context.trace_id == request.context.trace_id
+    assert releases[0].parent.span_id == requests[0].context.span_id
+
+    got, busy = acquires
+    assert got.attributes["dynlock.alias"] == "default"
+    assert got.attributes["dynlock.name"] == "report:{tenant}"
+    assert got.attributes["dynlock.outcome"] == "acquired"
+    assert got.attributes["dynlock.token"] > 0
+    assert got.attributes["dynlock.looks"] >= 1
+    assert 0 <= got.attributes["dynlock.waited"] < 0.6
+    assert not [event for event in got.events if event.name == "dynlock.busy"]
+    assert releases[0].attributes["dynlock.outcome"] == "released"
+
+    assert busy.attributes["dynlock.outcome"] == "busy"
+    assert "dynlock.token" not in busy.attributes
+    assert busy.attributes["dynlock.waited"] >= 0.6
+    looks = [event for event in busy.events if event.name == "dynlock.busy"]
+    # Every look found the key held: one event each, numbered in order.
+    assert len(looks) == busy.attributes["dynlock.looks"] >= 2
+    assert [event.attributes["dynlock.look"] for event in looks] == list(range(1, len(looks) + 1))
+
+    # The same measures through OpenTelemetry's metrics API.
+    measured = {}
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            if scope.scope.name != "django_dynlock":
+                continue
+            for metric in scope.metrics:
+                for point in metric.data.data_points:
+                    measured[(metric.name, tuple(sorted(point.attributes.items())))] = (
+                        point.count if hasattr(point, "count") else point.value
+                    )
+    named = (("dynlock.alias", "default"), ("dynlock.name", "report:{tenant}"))
+    assert measured[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))] == 1
+    assert measured[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "busy")))] == 1
+    assert measured[("dynlock.busy", named)] == 1
+    assert measured[("dynlock.hold.duration", named)] == 1
+    assert measured[("dynlock.held", named)] == 0
+    updates = sum(
+        count
+        for (metric, labels), count in measured.items()
+        if metric == "dynlock.requests" and ("dynlock.op", "UpdateItem") in labels
+    )
+    assert updates >= 3  # the acquire, the release, the busy view's writes
+
+
+IMPORTS = textwrap.dedent(
+    """
+    import sys
+    import django
+    from django.conf import settings
+    apps = sys.argv[1:]
+    settings.configure(
+        INSTALLED_APPS=[
+            "django.contrib.admin", "django.contrib.auth", "django.contrib.contenttypes",
+            "django.contrib.sessions", "django.contrib.messages", "django_dynlock", *apps,
+        ],
+        DATABASES={"default": {"ENGINE": "django.db.backends.sqlite3", "NAME": ":memory:"}},
+    )
+    django.setup()
+    import django_dynlock, django_dynlock.decorators, django_dynlock.signals, django_dynlock.registry
+    import django_dynlock.admin, django_dynlock.engine, django_dynlock.contrib
+    from django_dynlock.engine.observe import OBSERVERS
+    print(sorted(name for name in ("prometheus_client", "opentelemetry") if name in sys.modules))
+    print(sorted(type(observer).__name__ for observer in OBSERVERS))
+    """
+)
+
+
+@pytest.mark.parametrize(
+    ("apps", "modules", "observers"),
+    [
+        ([], [], []),
+        (["django_dynlock.contrib.prometheus"], ["prometheus_client"], ["PrometheusObserver"]),
+        (["django_dynlock.contrib.opentelemetry"], ["opentelemetry"], ["OpenTelemetryObserver"]),
+    ],
+    ids=["neither", "prometheus", "opentelemetry"],
+)
+def test_neither_library_is_imported_unless_its_app_is_installed(apps, modules, observers):
+    out = subprocess.run(
+        [sys.executable, "-c", IMPORTS, *apps],
+        cwd=REPO_ROOT,
+        env=dict(os.environ, PYTHONPATH=str(REPO_ROOT)),
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout.splitlines()
+    assert out == [repr(modules), repr(observers)]

@@ -174,7 +174,7 @@ class Acquirer:
         except BaseException as error:
             observed.end("error", waited=monotonic() - started, looks=observed.looks, token=None, error=error)
             raise
-        observed.end("acquired", waited=monotonic() - started, looks=observed.looks, token=lease.token, error=None)
+        observed.end("acquired", waited=monotonic() - started, looks=lease.upkeep.looks, token=lease.token, error=None)
         return lease
 
     def _acquisition(
