@@ -20,9 +20,10 @@ __all__ = ["ACQUIRE_BUCKETS", "HEADROOM_BUCKETS", "HOLD_BUCKETS", "REQUEST_BUCKE
 ACQUIRE_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0)
 HOLD_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0, 1800.0, 3600.0, 14400.0)
 REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
-# What was left of a lease's validity when its renewal landed: with the default 20 s lease
-# and renewals every third of it, about 13 s. Near 0 a renewal was almost too late.
-HEADROOM_BUCKETS = (0.0, 0.5, 1.0, 2.0, 3.0, 5.0, 7.5, 10.0, 12.5, 15.0, 20.0, 30.0, 60.0, 120.0)
+# What was left of a lease's validity when its renewal landed: with the default 30 s lease,
+# its 3 s safety margin and renewals every 8.5-10 s, 17-18.5 s. Near 0 a renewal was almost
+# too late: fine below 2 s, where an alert looks (docs/observability.md), short leases too.
+HEADROOM_BUCKETS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
 
 
 class _ErrorOnly(AcquireObservation):

@@ -44,11 +44,10 @@ class _AcquireSpan(AcquireObservation):
 
     def end(self, outcome: str, *, waited: float, looks: int, token: int | None, error: BaseException | None) -> None:
         span = self.span
-        span.set_attribute("dynlock.outcome", outcome)
-        span.set_attribute("dynlock.waited", waited)
-        span.set_attribute("dynlock.looks", looks)
+        attributes: dict[str, Any] = {"dynlock.outcome": outcome, "dynlock.waited": waited, "dynlock.looks": looks}
         if token is not None:
-            span.set_attribute("dynlock.token", token)
+            attributes["dynlock.token"] = token
+        span.set_attributes(attributes)  # one call: the SDK takes its lock once
         if outcome == "error" and error is not None:
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, type(error).__name__))
@@ -62,8 +61,7 @@ class _ReleaseSpan(ReleaseObservation):
         self.span = span
 
     def end(self, outcome: str, *, held: float, error: BaseException | None) -> None:
-        self.span.set_attribute("dynlock.outcome", outcome)
-        self.span.set_attribute("dynlock.held", held)
+        self.span.set_attributes({"dynlock.outcome": outcome, "dynlock.held": held})
         if error is not None:
             self.span.record_exception(error)
             self.span.set_status(Status(StatusCode.ERROR, type(error).__name__))
