@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -74,6 +75,10 @@ def child(mode: str, endpoint: str) -> None:
     print(json.dumps({"ready": mode, "package": django_dynlock.__file__}), flush=True)
     replay = recorded_cycle(client, key, named) if mode != "before" else None
     for line in sys.stdin:
+        if line.startswith("toggle "):
+            blocks, size = map(int, line.split()[1:])
+            print(json.dumps({"diffs_us": toggled(client, key, named, blocks, size)}), flush=True)
+            continue
         if line.startswith("replay "):
             assert replay is not None
             print(json.dumps({"hooks_us": replay(int(line.split()[1]))}), flush=True)
@@ -84,6 +89,29 @@ def child(mode: str, endpoint: str) -> None:
             client.acquire(key, **named).release()
         cpu, wall = time.process_time() - cpu, time.perf_counter() - wall
         print(json.dumps({"cpu_us": cpu / cycles * 1e6, "wall_us": wall / cycles * 1e6}), flush=True)
+
+
+def toggled(client: Any, key: str, named: dict[str, Any], blocks: int, size: int) -> list[float]:
+    """In this one process, blocks of ``size`` cycles with the observers on and off in
+    turn (on first, then off first): each pair's difference of CPU µs per cycle. The same
+    process, heap and connections, and seconds apart: the machine's drift cancels."""
+    from django_dynlock.engine import observe
+
+    installed = list(observe.OBSERVERS)
+    diffs = []
+    try:
+        for index in range(blocks):
+            cpu = {}
+            for on in (True, False) if index % 2 == 0 else (False, True):
+                observe.OBSERVERS[:] = installed if on else []
+                started = time.process_time()
+                for _ in range(size):
+                    client.acquire(key, **named).release()
+                cpu[on] = (time.process_time() - started) / size * 1e6
+            diffs.append(cpu[True] - cpu[False])
+    finally:
+        observe.OBSERVERS[:] = installed
+    return diffs
 
 
 def recorded_cycle(client: Any, key: str, named: dict[str, Any]) -> Any:
@@ -215,6 +243,8 @@ def main() -> None:
     parser.add_argument("--cycles", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=100)
     parser.add_argument("--replays", type=int, default=20000, help="cycles of the recorded hooks replayed")
+    parser.add_argument("--toggle-blocks", type=int, default=200, help="pairs of blocks, observers on and off")
+    parser.add_argument("--toggle-cycles", type=int, default=50, help="cycles per block")
     parser.add_argument("--before", default="a08f6a3", help="the commit before observability (default: a08f6a3)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -240,14 +270,23 @@ def main() -> None:
                 for one in order if index % 2 == 0 else reversed(order):
                     results[one.mode].append(one.run(args.cycles))
             hooks = {one.mode: one.run_line(f"replay {args.replays}")["hooks_us"] for one in children[1:]}
+            toggles = {
+                one.mode: one.run_line(f"toggle {args.toggle_blocks} {args.toggle_cycles}")["diffs_us"]
+                for one in children[2:]
+            }
     finally:
         for one in children:
             one.stop()
         server.stop()
-    report(results, hooks, args)
+    report(results, hooks, toggles, args)
 
 
-def report(results: dict[str, list[dict[str, Any]]], hooks: dict[str, float], args: argparse.Namespace) -> None:
+def report(
+    results: dict[str, list[dict[str, Any]]],
+    hooks: dict[str, float],
+    toggles: dict[str, list[float]],
+    args: argparse.Namespace,
+) -> None:
     off = [r["cpu_us"] for r in results["off"]]
     print(
         f"Client CPU per uncontended acquire+release on DynamoDB Local: {args.rounds} rounds of "
@@ -274,7 +313,17 @@ def report(results: dict[str, list[dict[str, Any]]], hooks: dict[str, float], ar
     print("|---|---|")
     for mode, us in hooks.items():
         print(f"| {mode} | {us:.2f} |")
-    print(json.dumps({"args": vars(args), "results": results, "hooks": hooks}), file=sys.stderr)
+    print(
+        f"\nOn and off in one process: {args.toggle_blocks} pairs of blocks of {args.toggle_cycles} cycles, "
+        f"the observers on in one block and off in the other (CPU µs per cycle, on minus off)\n"
+    )
+    print("| mode | median of the pairs | mean ± standard error | quartiles |")
+    print("|---|---|---|---|")
+    for mode, diffs in toggles.items():
+        mean, error = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
+        q1, _, q3 = statistics.quantiles(diffs, n=4)
+        print(f"| {mode} | {statistics.median(diffs):+.0f} | {mean:+.0f} ± {error:.0f} | {q1:+.0f}, {q3:+.0f} |")
+    print(json.dumps({"args": vars(args), "results": results, "hooks": hooks, "toggles": toggles}), file=sys.stderr)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,7 @@ from django_dynlock.contrib import prometheus as dynlock_prometheus
 from django_dynlock.contrib.prometheus import PrometheusObserver
 from django_dynlock.engine.events import Events
 from django_dynlock.engine.observe import add_observer, remove_observer
-from django_dynlock.exceptions import LockLost
+from django_dynlock.exceptions import BackendError, LockLost
 from django_dynlock.keytemplates import check_templates, resolve_keys
 from localdynamo.faultproxy import FaultProxy
 from localdynamo.servers import REPO_ROOT, free_port
@@ -157,6 +157,32 @@ def test_a_scripted_scenario_gives_exact_counts(dynamodb_local_server, settings,
     assert renewals >= 1
     assert value("dynlock_renewal_headroom_seconds_bucket", **at, le="0.0") == 0
     assert 0 < value("dynlock_renewal_headroom_seconds_sum", **at) / renewals <= 5.0
+
+
+def test_an_acquire_that_dynamodb_fails_is_an_error_and_each_of_its_requests_counted(
+    dynamodb_local_server, settings, prometheus
+):
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    at = {"alias": alias, "name": "job"}
+    with (
+        fresh_table(settings, dynamodb_local_server.endpoint_url) as other,
+        FaultProxy(dynamodb_local_server.endpoint_url) as proxy,
+    ):
+        client = client_for(proxy.endpoint_url, other.options.table_name, alias=alias)
+        try:
+            # Every request throttled (none applied: nothing to undo) until the wait is over.
+            proxy.add_fault("throttle", times=1000)
+            with pytest.raises(BackendError):
+                client.acquire("job:1", wait=0.3)
+            stats = proxy.stats
+        finally:
+            client.close()
+    assert value("dynlock_acquire_seconds_count", **at, outcome="error") == 1
+    assert value("dynlock_acquire_seconds_count", **at, outcome="busy") == 0
+    assert value("dynlock_busy_total", **at) == 0
+    assert stats["throttle"] == stats.requests >= 2
+    counted = sum(value("dynlock_requests_total", alias=alias, op=op, outcome="throttled") for op in stats.operations)
+    assert counted == stats.requests
 
 
 TEMPLATE = "export:{tenant_id}"
@@ -320,6 +346,8 @@ def test_the_acquire_span_is_nested_under_the_requests_span(dynamodb_local_serve
                 assert client.get("/report/globex/").status_code == 423
         finally:
             other.close()
+        # Several keys at once: one span for the group.
+        locks.acquire_many(["pair:1", "pair:2"], metrics_name="pair:{n}").release()
 
     spans = exporter.get_finished_spans()
     requests = [span for span in spans if span.attributes.get("http.route") == "report/<str:tenant>/"]
@@ -330,7 +358,13 @@ def test_the_acquire_span_is_nested_under_the_requests_span(dynamodb_local_serve
     roots = [span.name for span in spans if span.name.startswith("dynlock.") and span.parent is None]
     assert len(requests) == 2 and len(acquires) == 2 and len(releases) == 1, [span.name for span in spans]
     assert {span.parent.span_id for span in acquires + releases} <= in_requests
-    assert sorted(roots) == ["dynlock.acquire", "dynlock.release"]
+    # The other client's acquire and release; the group's acquire and its two releases.
+    assert sorted(roots) == ["dynlock.acquire"] * 2 + ["dynlock.release"] * 3
+    (group,) = [
+        span for span in spans if span.attributes.get("dynlock.name") == "pair:{n}" and span.name.endswith("acquire")
+    ]
+    assert group.attributes["dynlock.outcome"] == "acquired"
+    assert "dynlock.token" not in group.attributes and "dynlock.looks" not in group.attributes
     for request, acquire in zip(requests, acquires):
         assert acquire.parent is not None and acquire.parent.span_id == request.context.span_id
         assert acquire.context.trace_id == request.context.trace_id

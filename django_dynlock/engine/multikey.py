@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
+from . import observe
 from . import requests as rq
 from .acquiring import Acquirer, Terms
 from .clock import ServerClock, monotonic
@@ -135,6 +136,27 @@ class GroupAcquirer:
         started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder, metrics_name)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
+        observed = None
+        if observe.OBSERVERS:  # one span for the group, named by its first key's name
+            first = by_stored[ordered[0]]
+            observed = observe.start_acquire(self.options.alias, observe.metrics_name(first, metrics_name), first)
+        if observed is None:
+            return (yield from self._acquisition(by_stored, ordered, terms, started))
+        try:
+            group = yield from self._acquisition(by_stored, ordered, terms, started)
+        except LockNotAcquired as busy:
+            observed.end("busy", waited=monotonic() - started, looks=0, token=None, error=busy)
+            raise
+        except BaseException as error:
+            observed.end("error", waited=monotonic() - started, looks=0, token=None, error=error)
+            raise
+        observed.end("acquired", waited=monotonic() - started, looks=0, token=None, error=None)
+        return group
+
+    def _acquisition(
+        self, by_stored: dict[str, str], ordered: list[str], terms: Terms, started: float
+    ) -> Steps[LeaseGroup]:
+        metrics_name = terms.metrics_name
         entered: list[str] = []
         try:
             for stored in ordered:

@@ -44,7 +44,9 @@ class _AcquireSpan(AcquireObservation):
 
     def end(self, outcome: str, *, waited: float, looks: int, token: int | None, error: BaseException | None) -> None:
         span = self.span
-        attributes: dict[str, Any] = {"dynlock.outcome": outcome, "dynlock.waited": waited, "dynlock.looks": looks}
+        attributes: dict[str, Any] = {"dynlock.outcome": outcome, "dynlock.waited": waited}
+        if looks:  # acquire_many's transactions are not counted as looks
+            attributes["dynlock.looks"] = looks
         if token is not None:
             attributes["dynlock.token"] = token
         span.set_attributes(attributes)  # one call: the SDK takes its lock once
