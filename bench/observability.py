@@ -245,6 +245,7 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=20000, help="cycles of the recorded hooks replayed")
     parser.add_argument("--toggle-blocks", type=int, default=200, help="pairs of blocks, observers on and off")
     parser.add_argument("--toggle-cycles", type=int, default=50, help="cycles per block")
+    parser.add_argument("--toggle-modes", default="prometheus,otel", help="the modes toggled on and off")
     parser.add_argument("--before", default="a08f6a3", help="the commit before observability (default: a08f6a3)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -273,6 +274,7 @@ def main() -> None:
             toggles = {
                 one.mode: one.run_line(f"toggle {args.toggle_blocks} {args.toggle_cycles}")["diffs_us"]
                 for one in children[2:]
+                if one.mode in args.toggle_modes.split(",")
             }
     finally:
         for one in children:
@@ -288,6 +290,15 @@ def report(
     args: argparse.Namespace,
 ) -> None:
     off = [r["cpu_us"] for r in results["off"]]
+    if not off:
+        print("(no interleaved rounds: --rounds 0)")
+    else:
+        rounds_table(results, off, args)
+    hooks_and_toggles(hooks, toggles, args)
+    print(json.dumps({"args": vars(args), "results": results, "hooks": hooks, "toggles": toggles}), file=sys.stderr)
+
+
+def rounds_table(results: dict[str, list[dict[str, Any]]], off: list[float], args: argparse.Namespace) -> None:
     print(
         f"Client CPU per uncontended acquire+release on DynamoDB Local: {args.rounds} rounds of "
         f"{args.cycles} cycles per mode, interleaved ({os.cpu_count()} cores)\n"
@@ -305,6 +316,9 @@ def report(
             f"{statistics.median(diffs):+,.0f} ({min(diffs):+,.0f} to {max(diffs):+,.0f}) | "
             f"{statistics.median(wall):,.0f} |"
         )
+
+
+def hooks_and_toggles(hooks: dict[str, float], toggles: dict[str, list[float]], args: argparse.Namespace) -> None:
     print(
         f"\nThe hooks alone: one real cycle's calls to the observers, recorded, then replayed "
         f"{args.replays:,} times in the same process (CPU µs per cycle)\n"
@@ -313,6 +327,8 @@ def report(
     print("|---|---|")
     for mode, us in hooks.items():
         print(f"| {mode} | {us:.2f} |")
+    if not toggles:
+        return
     print(
         f"\nOn and off in one process: {args.toggle_blocks} pairs of blocks of {args.toggle_cycles} cycles, "
         f"the observers on in one block and off in the other (CPU µs per cycle, on minus off)\n"
@@ -323,7 +339,6 @@ def report(
         mean, error = statistics.fmean(diffs), statistics.stdev(diffs) / math.sqrt(len(diffs))
         q1, _, q3 = statistics.quantiles(diffs, n=4)
         print(f"| {mode} | {statistics.median(diffs):+.0f} | {mean:+.0f} ± {error:.0f} | {q1:+.0f}, {q3:+.0f} |")
-    print(json.dumps({"args": vars(args), "results": results, "hooks": hooks, "toggles": toggles}), file=sys.stderr)
 
 
 if __name__ == "__main__":

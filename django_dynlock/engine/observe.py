@@ -47,9 +47,15 @@ def metrics_name(key: str, given: str | None = None) -> str:
     return prefix if colon and prefix else OTHER
 
 
+_OPERATIONS: dict[str, str] = {}
+
+
 def operation_name(operation: str) -> str:
     """DynamoDB's name of a boto3 method: ``update_item`` -> ``UpdateItem``."""
-    return "".join(part.capitalize() for part in operation.split("_"))
+    name = _OPERATIONS.get(operation)
+    if name is None:
+        name = _OPERATIONS[operation] = "".join(part.capitalize() for part in operation.split("_"))
+    return name
 
 
 class AcquireObservation:

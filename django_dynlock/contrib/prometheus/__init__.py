@@ -10,6 +10,7 @@ them. Outside Django: ``install()``. The names are pinned (docs/observability.md
 from __future__ import annotations
 
 import threading
+from typing import Any
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Gauge, Histogram
 
@@ -74,30 +75,42 @@ class PrometheusObserver(MeasuringObserver):
             registry=registry,
         )
 
+        # Each metric's labelled children by their label values: ``labels()`` checks and
+        # joins the values under the metric's lock on every call; a dict lookup does not.
+        # As many entries as series, which the name label keeps few.
+        self._children: dict[tuple[Any, ...], Any] = {}
+
+    def _child(self, metric: Any, *labels: str) -> Any:
+        key = (metric, *labels)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*labels)
+        return child
+
     def acquire_time(self, alias: str, name: str, outcome: str, seconds: float) -> None:
-        self.acquire_seconds.labels(alias, name, outcome).observe(seconds)
+        self._child(self.acquire_seconds, alias, name, outcome).observe(seconds)
 
     def hold_time(self, alias: str, name: str, seconds: float) -> None:
-        self.hold_seconds.labels(alias, name).observe(seconds)
+        self._child(self.hold_seconds, alias, name).observe(seconds)
 
     def busy(self, alias: str, name: str) -> None:
-        self.busy_total.labels(alias, name).inc()
+        self._child(self.busy_total, alias, name).inc()
 
     def lost(self, alias: str, name: str, reason: str) -> None:
-        self.lost_total.labels(alias, name, reason).inc()
+        self._child(self.lost_total, alias, name, reason).inc()
 
     def at_risk(self, alias: str, name: str) -> None:
-        self.at_risk_total.labels(alias, name).inc()
+        self._child(self.at_risk_total, alias, name).inc()
 
     def held_by(self, alias: str, name: str, delta: int) -> None:
-        self.held.labels(alias, name).inc(delta)
+        self._child(self.held, alias, name).inc(delta)
 
     def request_done(self, alias: str, op: str, outcome: str, seconds: float) -> None:
-        self.requests_total.labels(alias, op, outcome).inc()
-        self.request_seconds.labels(alias, op).observe(seconds)
+        self._child(self.requests_total, alias, op, outcome).inc()
+        self._child(self.request_seconds, alias, op).observe(seconds)
 
     def headroom(self, alias: str, name: str, seconds: float) -> None:
-        self.renewal_headroom_seconds.labels(alias, name).observe(seconds)
+        self._child(self.renewal_headroom_seconds, alias, name).observe(seconds)
 
 
 _installed: PrometheusObserver | None = None
