@@ -11,7 +11,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from ..engine.observe import AcquireObservation, Observer
+from ..engine.observe import Observer
 
 __all__ = ["ACQUIRE_BUCKETS", "HEADROOM_BUCKETS", "HOLD_BUCKETS", "REQUEST_BUCKETS", "MeasuringObserver"]
 
@@ -24,18 +24,6 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 # its 3 s safety margin and renewals every 8.5-10 s, 17-18.5 s. Near 0 a renewal was almost
 # too late: fine below 2 s, where an alert looks (docs/observability.md), short leases too.
 HEADROOM_BUCKETS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
-
-
-class _ErrorOnly(AcquireObservation):
-    """An acquire's time when it ended in an error: acquired and busy come as events,
-    which acquire_many sends too."""
-
-    def __init__(self, observer: MeasuringObserver, alias: str, name: str):
-        self.observer, self.alias, self.name = observer, alias, name
-
-    def end(self, outcome: str, *, waited: float, looks: int, token: int | None, error: BaseException | None) -> None:
-        if outcome == "error":
-            self.observer.acquire_time(self.alias, self.name, "error", waited)
 
 
 class MeasuringObserver(Observer):
@@ -88,6 +76,8 @@ class MeasuringObserver(Observer):
             self._count_held(alias, name, info["lease"], -1)
         elif event == "at_risk":
             self.at_risk(alias, name)
+        elif event == "acquire_failed":
+            self.acquire_time(alias, name, "error", info.get("waited") or 0.0)
 
     def _count_held(self, alias: str, name: str, lease: Any, delta: int) -> None:
         with self._held_lock:
@@ -104,6 +94,3 @@ class MeasuringObserver(Observer):
 
     def renewed(self, *, alias: str, name: str, headroom: float) -> None:
         self.headroom(alias, name, headroom)
-
-    def acquiring(self, *, alias: str, name: str, key: str) -> AcquireObservation | None:
-        return _ErrorOnly(self, alias, name)

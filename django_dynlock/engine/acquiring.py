@@ -212,6 +212,10 @@ class Acquirer:
         except LockNotAcquired as busy:
             self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited, name=terms.metrics_name)
             raise
+        except Exception as error:
+            if observe.OBSERVERS:
+                observe.tell_failed(self.options.alias, key, terms.metrics_name, monotonic() - started, error)
+            raise
         self.keeper.start(lease, waited=monotonic() - started)
         return lease
 

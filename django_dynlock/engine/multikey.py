@@ -176,6 +176,9 @@ class GroupAcquirer:
                 raise
         except BaseException as error:
             self._leave_all(entered, error, metrics_name)
+            if observe.OBSERVERS and isinstance(error, Exception) and not isinstance(error, LockNotAcquired):
+                first = by_stored[ordered[0]]
+                observe.tell_failed(self.options.alias, first, metrics_name, monotonic() - started, error)
             raise
         return self._held_group(leases, started)
 

@@ -86,7 +86,9 @@ class Observer:
     """
 
     def event(self, event: str, *, alias: str, name: str, info: Mapping[str, Any]) -> None:
-        """A listener event (``LockClient.add_listener``): acquired, released, busy, at_risk, lost, ..."""
+        """A listener event (``LockClient.add_listener``): acquired, released, busy, at_risk,
+        lost, ...; and one only observers hear: ``acquire_failed`` (an acquire call ended in
+        an error, not busy: ``key``, ``waited``, ``error``)."""
 
     def request(self, *, alias: str, op: str, outcome: str, seconds: float) -> None:
         """One HTTP request to DynamoDB: ``op`` as DynamoDB names it, ``outcome`` one of
@@ -131,6 +133,11 @@ def tell_event(event: str, alias: str, name: str, info: Mapping[str, Any]) -> No
             observer.event(event, alias=alias, name=name, info=info)
         except Exception:
             _failed(observer, event)
+
+
+def tell_failed(alias: str, key: str, given: str | None, waited: float, error: BaseException) -> None:
+    """An acquire call DynamoDB failed (not busy): the observers' ``acquire_failed`` event."""
+    tell_event("acquire_failed", alias, metrics_name(key, given), {"key": key, "waited": waited, "error": error})
 
 
 def tell_request(alias: str, op: str, outcome: str, seconds: float) -> None:

@@ -54,8 +54,6 @@ class _AcquireSpan(AcquireObservation):
             span.record_exception(error)
             span.set_status(Status(StatusCode.ERROR, type(error).__name__))
         span.end()
-        if outcome == "error":
-            self.observer.acquire_time(self.alias, self.name, "error", waited)
 
 
 class _ReleaseSpan(ReleaseObservation):
