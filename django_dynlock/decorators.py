@@ -254,6 +254,9 @@ class dynamo_lock:
     :param holder: metadata stored with the lease (a dict of strings).
     :param quote: percent-encode each value filled into a template, so that no value
         can write the template's separator (decorators only).
+    :param metrics_name: the ``name`` label of its metrics and spans. None: the key
+        templates as written (``"order:{order_id}"``, several joined by ``,``), or for a
+        callable key its key's prefix up to the first ``:`` (docs/observability.md).
     """
 
     def __init__(
@@ -268,6 +271,7 @@ class dynamo_lock:
         reentrant: bool = False,
         holder: Mapping[str, Any] | None = None,
         quote: bool = False,
+        metrics_name: str | None = None,
     ):
         for key in keys:
             if not (isinstance(key, str) or callable(key)):
@@ -299,6 +303,7 @@ class dynamo_lock:
         self.reentrant = reentrant
         self.holder = dict(holder or {})
         self.quote = bool(quote)
+        self.metrics_name = metrics_name
 
     # -- what the current context holds -----------------------------------------
     @staticmethod
@@ -328,18 +333,29 @@ class dynamo_lock:
     def _client(self) -> LockClient:
         return get_lock_client(self.using)
 
-    def _acquire(self, keys: list[str], holder: Mapping[str, Any]) -> Handle:
+    def _name(self, specs: Sequence[KeySpec]) -> str | None:
+        """The metrics name: ``metrics_name=``, else the templates as written (not as
+        filled: one series per template), else None (the engine takes the key's prefix)."""
+        if self.metrics_name is not None:
+            return self.metrics_name
+        if specs and all(isinstance(spec, str) for spec in specs):
+            return ",".join(cast("Sequence[str]", specs))
+        return None
+
+    def _acquire(self, keys: list[str], holder: Mapping[str, Any], name: str | None) -> Handle:
         client = self._client()
         if len(keys) == 1:
-            return client.acquire(keys[0], wait=self.wait, lease=self.lease, holder=holder)
-        return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder)
+            return client.acquire(keys[0], wait=self.wait, lease=self.lease, holder=holder, metrics_name=name)
+        return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder, metrics_name=name)
 
-    async def _acquire_async(self, keys: list[str], holder: Mapping[str, Any]) -> Handle:
+    async def _acquire_async(self, keys: list[str], holder: Mapping[str, Any], name: str | None) -> Handle:
         """Waits without holding a thread, for one key or several."""
         client = self._client()
         if len(keys) == 1:
-            return await client.acquire_async(keys[0], wait=self.wait, lease=self.lease, holder=holder)
-        return await client.acquire_many_async(keys, wait=self.wait, lease=self.lease, holder=holder)
+            return await client.acquire_async(
+                keys[0], wait=self.wait, lease=self.lease, holder=holder, metrics_name=name
+            )
+        return await client.acquire_many_async(keys, wait=self.wait, lease=self.lease, holder=holder, metrics_name=name)
 
     async def _finish_async(self, handle: Handle, error: BaseException | None) -> None:
         """``_finish`` on the client's holders' pool: a release never queues behind waiters."""
@@ -423,6 +439,7 @@ class dynamo_lock:
             )
         keys = self.keys or (f"{func.__module__}.{func.__qualname__}",)
         signature = check_templates(keys, func)
+        name = self._name(keys)
 
         if iscoroutinefunction(func):
 
@@ -434,7 +451,7 @@ class dynamo_lock:
                 request = _find_request(args)
                 holder = _holder(func, request, self.holder, args)
                 try:
-                    handle = await self._acquire_async(resolved, holder)
+                    handle = await self._acquire_async(resolved, holder, name)
                 except LockNotAcquired as error:
                     return self._busy(error, request, func, args)
                 except BackendError as error:
@@ -459,7 +476,7 @@ class dynamo_lock:
                 return func(*args, **kwargs)
             request = _find_request(args)
             try:
-                handle = self._acquire(resolved, _holder(func, request, self.holder, args))
+                handle = self._acquire(resolved, _holder(func, request, self.holder, args), name)
             except LockNotAcquired as error:
                 return self._busy(error, request, func, args)
             except BackendError as error:
@@ -511,7 +528,7 @@ class dynamo_lock:
         handle = self._reentered(keys) if self.reentrant else None
         entered = handle is None
         if handle is None:
-            handle = self._acquire(keys, _holder(None, None, self.holder))
+            handle = self._acquire(keys, _holder(None, None, self.holder), self._name(keys))
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 
@@ -529,7 +546,7 @@ class dynamo_lock:
         entered = handle is None
         if handle is None:
             holder = _holder(None, None, self.holder)
-            handle = await self._acquire_async(keys, holder)
+            handle = await self._acquire_async(keys, holder, self._name(keys))
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 

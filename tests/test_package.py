@@ -130,6 +130,8 @@ def test_the_wheel_and_the_sdist_carry_everything_an_install_needs(dist):
         "django_dynlock/static/django_dynlock/lease_refresh.js",  # the list's auto-refresh
         "django_dynlock/locale/fr/LC_MESSAGES/django.mo",  # compiled: no gettext needed to install
         "django_dynlock/locale/fr/LC_MESSAGES/django.po",
+        "django_dynlock/contrib/prometheus/apps.py",  # the observability apps (docs/observability.md)
+        "django_dynlock/contrib/opentelemetry/apps.py",
         f"{info}/licenses/LICENSE",
     ):
         assert needed in names, needed
@@ -194,7 +196,11 @@ def test_the_wheel_metadata_comes_from_setup_cfg(dist):
     assert keywords == [k.strip() for k in cfg["metadata"]["keywords"].split(",")]
 
     extras = set(metadata.get_all("Provides-Extra"))
-    assert {"celery", "testing", "dev"} <= extras
+    assert {"celery", "testing", "dev", "prometheus", "otel"} <= extras
+    optional = {
+        Requirement(r).name.lower().replace("_", "-") for r in metadata.get_all("Requires-Dist") if "extra ==" in r
+    }
+    assert {"prometheus-client", "opentelemetry-api"} <= optional
 
 
 def test_the_installed_wheel_runs_check_migrate_and_createlocktable(dist, dynamodb_local_server, tmp_path):

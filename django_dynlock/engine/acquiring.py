@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
+from . import observe
 from . import requests as rq
 from .clock import ServerClock, monotonic
 from .events import Events
@@ -55,6 +56,7 @@ class Terms:
     give_up_at: float
     lease_seconds: float
     holder: Mapping[str, Any] | None
+    metrics_name: str | None = None
 
 
 def _may_land(attempt: Attempt) -> None:
@@ -152,11 +154,39 @@ class Acquirer:
         holder: Mapping[str, Any] | None,
         *,
         single: bool,
+        metrics_name: str | None = None,
     ) -> Steps[Lease]:
         """One acquire of ``key``, its in-process gate and its undo included, as steps:
         ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
-        terms = Terms(started + wait, lease_seconds, holder)
+        terms = Terms(started + wait, lease_seconds, holder, metrics_name)
+        # Started before the first step, in the caller's context: a span's parent is current.
+        observed = None
+        if observe.OBSERVERS:
+            observed = observe.start_acquire(self.options.alias, observe.metrics_name(key, metrics_name), key)
+        if observed is None:
+            return (yield from self._acquisition(key, stored, terms, started, single=single, observed=None))
+        try:
+            lease = yield from self._acquisition(key, stored, terms, started, single=single, observed=observed)
+        except LockNotAcquired as busy:
+            observed.end("busy", waited=monotonic() - started, looks=observed.looks, token=None, error=busy)
+            raise
+        except BaseException as error:
+            observed.end("error", waited=monotonic() - started, looks=observed.looks, token=None, error=error)
+            raise
+        observed.end("acquired", waited=monotonic() - started, looks=lease.upkeep.looks, token=lease.token, error=None)
+        return lease
+
+    def _acquisition(
+        self,
+        key: str,
+        stored: str,
+        terms: Terms,
+        started: float,
+        *,
+        single: bool,
+        observed: observe.AcquireObservation | None,
+    ) -> Steps[Lease]:
         try:
             if not (yield Enter(stored, terms.give_up_at)):
                 raise self.busy_here(key, stored, started)  # another thread or coroutine of this process has it
@@ -166,7 +196,7 @@ class Acquirer:
                 attempt = Attempt(owner=self.new_owner())
                 yield OnCancel(functools.partial(_may_land, attempt))
                 try:
-                    lease = yield from self.acquire_steps(key, stored, terms, attempt, single=single)
+                    lease = yield from self.acquire_steps(key, stored, terms, attempt, single=single, observed=observed)
                     self.waiting.remember(stored, None)
                 except GeneratorExit:
                     raise
@@ -180,7 +210,11 @@ class Acquirer:
                 self.keylocks.leave(stored)
                 raise
         except LockNotAcquired as busy:
-            self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited, name=terms.metrics_name)
+            raise
+        except Exception as error:
+            if observe.OBSERVERS:
+                observe.tell_failed(self.options.alias, key, terms.metrics_name, monotonic() - started, error)
             raise
         self.keeper.start(lease, waited=monotonic() - started)
         return lease
@@ -193,6 +227,7 @@ class Acquirer:
         attempt: Attempt,
         *,
         single: bool,
+        observed: observe.AcquireObservation | None = None,
     ) -> Steps[Lease]:
         """The acquire loop, as steps for a driver (steps.py): it sends nothing and never
         sleeps itself, so that threads and asyncio run the same decisions."""
@@ -228,6 +263,7 @@ class Acquirer:
             # How we learn what the key holds now: a read to send, or an item at hand.
             look: Callable[[], dict[str, Any] | None] | None = None
             seen: dict[str, Any] | None | object = UNSEEN
+            found_busy = False  # this look found the key held by someone else (a span event)
             looked_at = monotonic()
             clock_was_known = self.clock.known
             attempt.looks += 1  # a write, or else a read: one look either way
@@ -261,7 +297,7 @@ class Acquirer:
                     # Where the server returns no item (dynalite) reading it costs a call:
                     # try_acquire skips it, unless only a watch of the holder's record
                     # version (kept between calls) can ever take the key over.
-                    seen_busy = True  # the condition failed: the key is not ours to take now
+                    seen_busy = found_busy = True  # the condition failed: the key is not ours to take now
                     # Past the wait, only the first attempt's read: ``wait`` is a bound.
                     seen = self.store.old_item(exc, stored, read=False)
                     read = (not single or not self.clock.known) and (tries == 0 or monotonic() < terms.give_up_at)
@@ -311,9 +347,10 @@ class Acquirer:
                 else:
                     if item is not None or not single or not self.clock.known:
                         last_item = item
-                        seen_busy = seen_busy or bool(
+                        found_busy = found_busy or bool(
                             item and item.get(it.OWNER, {}).get("S") not in (None, attempt.owner)
                         )
+                        seen_busy = seen_busy or found_busy
                         before = watch
                         watch = self.waiting.observe(watch, item, monotonic(), attempt.owner)
                         yield from self.remember(stored, watch)
@@ -334,6 +371,10 @@ class Acquirer:
                             attempt.reserved = yield Send(
                                 functools.partial(self.reserve, stored, attempt.owner, item[it.OWNER]["S"])
                             )
+            if observed is not None:
+                observed.looks = attempt.looks
+                if found_busy:
+                    observed.busy_look(attempt.looks, last_item.get(it.OWNER, {}).get("S") if last_item else None)
             now = monotonic()
             if (
                 write
@@ -503,6 +544,7 @@ class Acquirer:
             ends_at=self.stamper.holder_end(sent, terms.lease_seconds, expires),
             seq=attempt.seq,
             holder=dict(terms.holder or {}),
+            metrics_name=terms.metrics_name,
         )
         lease.upkeep.looks = attempt.looks
         return lease

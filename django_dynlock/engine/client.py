@@ -77,7 +77,7 @@ class LockClient:
         listeners: Iterable[Listener] = (),
     ):
         self.options = options
-        self._events = Events(self, listeners)
+        self._events = Events(self, listeners, alias=options.alias)
         self._closed = False
         # DynamoDB's clock as this client can bound it; see clock.py.
         self.clock = ServerClock(describe=f"DynamoDB at {safe_endpoint(options.endpoint_url)}")
@@ -201,6 +201,7 @@ class LockClient:
         wait: float | None = None,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        metrics_name: str | None = None,
     ) -> Lease:
         """Acquire ``key``, waiting up to ``wait`` seconds; raise LockNotAcquired if busy.
 
@@ -211,6 +212,10 @@ class LockClient:
             The heartbeat renews it while it is held.
         :param holder: metadata stored with the lease (a dict of strings, at most 4 KB),
             shown by ``get()``, ``leases()``, ``showlocks`` and the admin.
+        :param metrics_name: the ``name`` label of this acquisition's metrics and spans
+            (``"export:{tenant_id}"``, say: the template the key was filled from). None:
+            the key's prefix up to its first ``:``, or ``other``; never the key itself,
+            so that one template makes one series (docs/observability.md).
         :raises LockNotAcquired: the key is still busy when ``wait`` runs out.
         :raises BackendError: DynamoDB could not be asked (``retryable`` says whether
             later may help).
@@ -219,7 +224,13 @@ class LockClient:
         stored = self.options.prefixed(key)
         rq.holder_map(holder)  # refused before any request if too large
         steps = self._acquirer.acquisition(
-            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
+            key,
+            stored,
+            self._wait_seconds(wait),
+            self._lease_seconds(lease),
+            holder,
+            single=False,
+            metrics_name=metrics_name,
         )
         return run(steps, self._keylocks)
 
@@ -230,6 +241,7 @@ class LockClient:
         wait: float | None = None,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        metrics_name: str | None = None,
     ) -> Lease:
         """``acquire()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no thread
         while it does; each request runs on this client's own bounded thread pool."""
@@ -237,7 +249,13 @@ class LockClient:
         stored = self.options.prefixed(key)
         rq.holder_map(holder)
         steps = self._acquirer.acquisition(
-            key, stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, single=False
+            key,
+            stored,
+            self._wait_seconds(wait),
+            self._lease_seconds(lease),
+            holder,
+            single=False,
+            metrics_name=metrics_name,
         )
         return await run_async(steps, self._executors, self._keylocks)
 
@@ -254,6 +272,7 @@ class LockClient:
         *,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        metrics_name: str | None = None,
         **kwargs: Any,
     ) -> Lease | None:
         """Exactly one attempt: the Lease, or None when the key is busy.
@@ -267,12 +286,19 @@ class LockClient:
         if kwargs:
             raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
         try:
-            return run(self.try_acquire_steps(key, lease=lease, holder=holder), self._keylocks)
+            return run(
+                self.try_acquire_steps(key, lease=lease, holder=holder, metrics_name=metrics_name), self._keylocks
+            )
         except LockNotAcquired:
             return None
 
     def try_acquire_steps(
-        self, key: str, *, lease: float | None = None, holder: Mapping[str, Any] | None = None
+        self,
+        key: str,
+        *,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+        metrics_name: str | None = None,
     ) -> Steps[Lease]:
         """:meth:`try_acquire`'s one attempt as steps (engine/steps.py), for a recipe
         whose own loop is steps too (an election's campaign): it returns the Lease, or
@@ -281,7 +307,9 @@ class LockClient:
         self._check_open()
         stored = self.options.prefixed(key)
         rq.holder_map(holder)  # refused before any request if too large
-        return self._acquirer.acquisition(key, stored, 0.0, self._lease_seconds(lease), holder, single=True)
+        return self._acquirer.acquisition(
+            key, stored, 0.0, self._lease_seconds(lease), holder, single=True, metrics_name=metrics_name
+        )
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive ``steps`` on this thread, with this client's in-process gate (``steps.run``)."""
@@ -298,6 +326,7 @@ class LockClient:
         wait: float | None = None,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        metrics_name: str | None = None,
     ) -> LeaseGroup:
         """Acquire all ``keys`` or none: one TransactWriteItems (ordered fallback without transactions).
 
@@ -305,7 +334,9 @@ class LockClient:
         LockNotAcquired (``key`` names a busy one) if they are not all free within ``wait``.
         """
         by_stored = self._many_keys("acquire_many", keys, holder)
-        steps = self._group.acquisition(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        steps = self._group.acquisition(
+            by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, metrics_name=metrics_name
+        )
         return run(steps, self._keylocks)
 
     async def acquire_many_async(
@@ -315,11 +346,14 @@ class LockClient:
         wait: float | None = None,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        metrics_name: str | None = None,
     ) -> LeaseGroup:
         """``acquire_many()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no
         thread while it does; each request runs on this client's own bounded thread pool."""
         by_stored = self._many_keys("acquire_many_async", keys, holder)
-        steps = self._group.acquisition(by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder)
+        steps = self._group.acquisition(
+            by_stored, self._wait_seconds(wait), self._lease_seconds(lease), holder, metrics_name=metrics_name
+        )
         return await run_async(steps, self._executors, self._keylocks)
 
     def _many_keys(self, method: str, keys: Iterable[str], holder: Mapping[str, Any] | None) -> dict[str, str]:

@@ -20,6 +20,7 @@ from botocore.exceptions import ClientError
 
 from ..exceptions import DynLockError, LockLost
 from . import items as it
+from . import observe
 from . import requests as rq
 from .clock import ServerClock, monotonic
 from .events import Events
@@ -154,6 +155,9 @@ class Keeper:
         finally:
             lease.upkeep.renewal_sent = None
         lease.upkeep.last_renewal_took = monotonic() - sent
+        if observe.OBSERVERS:
+            # What was left of the validity this renewal replaces when its reply came.
+            observe.tell_renewed(self.options.alias, lease.metrics_name, lease.upkeep.valid_until - monotonic())
         if lease.upkeep.renewed(sent, lease_seconds, self.stamper.holder_end(sent, lease_seconds, expires)):
             self.events.emit("recovered", lease)
         return True, None
@@ -332,6 +336,21 @@ class Keeper:
         return max(self.options.min_retry_delay, min(self.period(lease.lease_seconds) / 3, left / 3))
 
     def release(self, lease: Lease) -> None:
+        observed = (
+            observe.start_release(self.options.alias, lease.metrics_name, lease.key) if observe.OBSERVERS else None
+        )
+        if observed is None:
+            return self._release(lease)
+        try:
+            self._release(lease)
+        except BaseException as error:
+            outcome = "lost" if isinstance(error, LockLost) else "error"
+            observed.end(outcome, held=monotonic() - lease.acquired_monotonic, error=error)
+            raise
+        observed.end("released", held=monotonic() - lease.acquired_monotonic, error=None)
+        return None
+
+    def _release(self, lease: Lease) -> None:
         if os.getpid() != self.pid:
             self._check_open()
         if lease.upkeep.state is LeaseState.RELEASED:

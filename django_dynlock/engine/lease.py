@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Protocol, Self
 from ..exceptions import DynLockError, InvalidArgument, LockLost
 from .clock import monotonic
 from .items import LeaseInfo
+from .observe import metrics_name as metrics_name_of
 
 if TYPE_CHECKING:
     from .options import ClientOptions
@@ -142,6 +143,7 @@ class Lease(_ReleasedOnExit):
         ends_at: float | None = None,
         seq: int = 1,
         holder: dict[str, Any] | None = None,
+        metrics_name: str | None = None,
     ):
         self._client = client
         self._keeper = keeper
@@ -155,6 +157,9 @@ class Lease(_ReleasedOnExit):
         self.token = token
         #: The holder metadata stored with the lease (a dict of strings).
         self.holder = dict(holder or {})
+        #: The ``name`` label of its metrics and spans: the key template, ``metrics_name=``,
+        #: or the key's prefix (docs/observability.md). Never the key itself.
+        self.metrics_name = metrics_name_of(key, metrics_name)
         self.acquired_monotonic = sent_at
         self.lease_seconds = lease_seconds
         #: The lock client's side of this lease (not for holders): see :class:`Upkeep`.

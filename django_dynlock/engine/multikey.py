@@ -18,6 +18,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from ..exceptions import BackendError, DynLockError, LockNotAcquired
 from . import items as it
+from . import observe
 from . import requests as rq
 from .acquiring import Acquirer, Terms
 from .clock import ServerClock, monotonic
@@ -121,14 +122,41 @@ class GroupAcquirer:
         self.executors = executors
 
     def acquisition(
-        self, by_stored: dict[str, str], wait_s: float, lease_s: float, holder: Mapping[str, Any] | None
+        self,
+        by_stored: dict[str, str],
+        wait_s: float,
+        lease_s: float,
+        holder: Mapping[str, Any] | None,
+        *,
+        metrics_name: str | None = None,
     ) -> Steps[LeaseGroup]:
         """acquire_many() after its arguments were checked (``by_stored`` maps stored keys
         to keys), its in-process gates and its undo included, as steps: ``steps.run``
         drives it on a thread, ``steps.run_async`` from a coroutine."""
         started = monotonic()
-        terms = Terms(started + wait_s, lease_s, holder)
+        terms = Terms(started + wait_s, lease_s, holder, metrics_name)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
+        observed = None
+        if observe.OBSERVERS:  # one span for the group, named by its first key's name
+            first = by_stored[ordered[0]]
+            observed = observe.start_acquire(self.options.alias, observe.metrics_name(first, metrics_name), first)
+        if observed is None:
+            return (yield from self._acquisition(by_stored, ordered, terms, started))
+        try:
+            group = yield from self._acquisition(by_stored, ordered, terms, started)
+        except LockNotAcquired as busy:
+            observed.end("busy", waited=monotonic() - started, looks=0, token=None, error=busy)
+            raise
+        except BaseException as error:
+            observed.end("error", waited=monotonic() - started, looks=0, token=None, error=error)
+            raise
+        observed.end("acquired", waited=monotonic() - started, looks=0, token=None, error=None)
+        return group
+
+    def _acquisition(
+        self, by_stored: dict[str, str], ordered: list[str], terms: Terms, started: float
+    ) -> Steps[LeaseGroup]:
+        metrics_name = terms.metrics_name
         entered: list[str] = []
         try:
             for stored in ordered:
@@ -147,7 +175,10 @@ class GroupAcquirer:
                 yield Send(functools.partial(self._undo_all, progress), holding=True)
                 raise
         except BaseException as error:
-            self._leave_all(entered, error)
+            self._leave_all(entered, error, metrics_name)
+            if observe.OBSERVERS and isinstance(error, Exception) and not isinstance(error, LockNotAcquired):
+                first = by_stored[ordered[0]]
+                observe.tell_failed(self.options.alias, first, metrics_name, monotonic() - started, error)
             raise
         return self._held_group(leases, started)
 
@@ -156,11 +187,11 @@ class GroupAcquirer:
             self.keeper.start(one, waited=monotonic() - started)
         return LeaseGroup(self.client, leases)
 
-    def _leave_all(self, entered: list[str], error: BaseException) -> None:
+    def _leave_all(self, entered: list[str], error: BaseException, metrics_name: str | None = None) -> None:
         for stored in entered:
             self.keylocks.leave(stored)
         if isinstance(error, LockNotAcquired):
-            self.events.emit("busy", key=error.key, holder=error.holder, waited=error.waited)
+            self.events.emit("busy", key=error.key, holder=error.holder, waited=error.waited, name=metrics_name)
 
     def _undo_all(self, progress: Progress) -> None:
         """Undo what an acquire_many that ends early may hold: its unconfirmed writes, then

@@ -19,10 +19,19 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
 
 from ..exceptions import DynLockError
+from . import observe
 from . import requests as rq
 from .clock import ServerClock, monotonic, reply_date
 from .connection import build_boto_client
-from .failures import error_code, is_throttling, may_have_applied, raised_into, safe_endpoint, translate
+from .failures import (
+    THROTTLING_CODES,
+    error_code,
+    is_throttling,
+    may_have_applied,
+    raised_into,
+    safe_endpoint,
+    translate,
+)
 from .options import ClientOptions
 from .wire import Wire
 
@@ -201,18 +210,41 @@ class Store:
                 getattr(self.boto, operation)(**params) if wire is None else wire.call(operation, params)
             )
         except ClientError as exc:
+            if observe.OBSERVERS:
+                self._tell(operation, sent, error_code(exc))
             date = reply_date(exc.response)
             if date is not None:  # an error without one may be an intermediary's: it says nothing of DynamoDB
                 self.clock.observe(sent, monotonic(), date)
             raise
         except HTTPClientError as exc:
+            if observe.OBSERVERS:
+                self._tell(operation, sent, "")
             own = raised_into(exc)
             if own is None:
                 raise
+        except BaseException:
+            if observe.OBSERVERS:  # no reply: the endpoint unreachable, or the caller's own exception
+                self._tell(operation, sent, "")
+            raise
         if own is not None:
             raise own  # outside the handler: the caller's exception, with no wrapper as its context
+        if observe.OBSERVERS:
+            self._tell(operation, sent, None)
         self.clock.observe(sent, monotonic(), reply_date(reply))
         return reply
+
+    def _tell(self, operation: str, sent: float, code: str | None) -> None:
+        """The observers' word of one request: ``code`` None for a reply, an error code for
+        an error reply, "" for none (a network failure)."""
+        if code is None:
+            outcome = "ok"
+        elif code in CONDITION_FAILED:
+            outcome = "condition_failed"
+        elif code in THROTTLING_CODES:
+            outcome = "throttled"
+        else:
+            outcome = "error"
+        observe.tell_request(self.options.alias, observe.operation_name(operation), outcome, monotonic() - sent)
 
     def translate(self, exc: BaseException, action: str) -> DynLockError:
         """The typed error for a botocore failure, with ``ambiguous`` (may it have been applied?)."""

@@ -1,0 +1,1 @@
+"""Optional integrations, each imported only when its app is installed (docs/observability.md)."""
