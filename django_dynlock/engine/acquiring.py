@@ -152,9 +152,16 @@ class Acquirer:
         holder: Mapping[str, Any] | None,
         *,
         single: bool,
+        slot: int = 0,
+        quiet: bool = False,
+        began: float | None = None,
     ) -> Steps[Lease]:
         """One acquire of ``key``, its in-process gate and its undo included, as steps:
-        ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine."""
+        ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine.
+
+        A semaphore (semaphore.py) tries its slots' items with this: ``slot`` is the
+        lease's, ``quiet`` leaves the ``busy`` event to the semaphore's own acquire, and
+        ``began`` is when that acquire began (the ``acquired`` event's ``waited``)."""
         started = monotonic()
         terms = Terms(started + wait, lease_seconds, holder)
         try:
@@ -180,9 +187,11 @@ class Acquirer:
                 self.keylocks.leave(stored)
                 raise
         except LockNotAcquired as busy:
-            self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
+            if not quiet:
+                self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited)
             raise
-        self.keeper.start(lease, waited=monotonic() - started)
+        lease.slot = slot
+        self.keeper.start(lease, waited=monotonic() - (started if began is None else began))
         return lease
 
     def acquire_steps(

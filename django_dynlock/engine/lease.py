@@ -155,6 +155,8 @@ class Lease(_ReleasedOnExit):
         self.token = token
         #: The holder metadata stored with the lease (a dict of strings).
         self.holder = dict(holder or {})
+        #: A semaphore's slot this lease holds (0 to its limit - 1); 0 for a lock.
+        self.slot = 0
         self.acquired_monotonic = sent_at
         self.lease_seconds = lease_seconds
         #: The lock client's side of this lease (not for holders): see :class:`Upkeep`.

@@ -378,6 +378,23 @@ class WaitPolicy:
         delay *= 2 ** min(throttled, THROTTLE_DOUBLINGS)
         return self._until_takeover(delay, seen, now, give_up_at)
 
+    def semaphore_delay(
+        self,
+        *,
+        tries: int,
+        took: float,
+        error: DynLockError | None,
+        seen: list[tuple[Mapping[str, Any] | None, Watch | None]],
+        now: float,
+        give_up_at: float,
+    ) -> float:
+        """How long a waiter for a full semaphore sleeps before its next look: as for one
+        key, after the slot held the shortest (the likeliest to free first), and never
+        past the first slot's takeover."""
+        holds = [self.hold_delay(watch, now) for _, watch in seen if watch is not None]
+        delay = max(backoff(self.options, tries), self.busy_server_delay(took, error), min(holds, default=0.0))
+        return self._until_takeover(delay, seen, now, give_up_at)
+
     def _until_takeover(
         self,
         delay: float,
