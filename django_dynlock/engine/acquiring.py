@@ -155,13 +155,15 @@ class Acquirer:
         slot: int = 0,
         quiet: bool = False,
         began: float | None = None,
+        owner: str | None = None,
     ) -> Steps[Lease]:
         """One acquire of ``key``, its in-process gate and its undo included, as steps:
         ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine.
 
         A semaphore (semaphore.py) tries its slots' items with this: ``slot`` is the
         lease's, ``quiet`` leaves the ``busy`` event to the semaphore's own acquire, and
-        ``began`` is when that acquire began (the ``acquired`` event's ``waited``)."""
+        ``began`` is when that acquire began (the ``acquired`` event's ``waited``), and
+        ``owner`` the owner id that reserved the slot's next turn."""
         started = monotonic()
         terms = Terms(started + wait, lease_seconds, holder)
         try:
@@ -170,7 +172,7 @@ class Acquirer:
             try:
                 if not self.store.built:
                     yield Prepare(lambda: self.store.boto)
-                attempt = Attempt(owner=self.new_owner())
+                attempt = Attempt(owner=owner or self.new_owner())
                 yield OnCancel(functools.partial(_may_land, attempt))
                 try:
                     lease = yield from self.acquire_steps(key, stored, terms, attempt, single=single)

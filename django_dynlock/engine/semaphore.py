@@ -36,7 +36,7 @@ from .lease import Lease
 from .options import ClientOptions
 from .steps import Prepare, Send, Sleep, Steps
 from .store import Store
-from .waiting import WaitPolicy, Watch
+from .waiting import Attempt, WaitPolicy, Watch
 
 Item = dict[str, Any]
 
@@ -159,10 +159,43 @@ class SemaphoreAcquirer:
         slots = [slot_key(stored, i) for i in range(limit)]
         if not self.store.built:
             yield Prepare(lambda: self.store.boto)
-        # Whose watches these are: a reservation made for it (none is) would count as free.
-        watcher = self.acquirer.new_owner()
+        # Whose watches and reservation these are: the owner id of the slot we reserve.
+        me = self.acquirer.new_owner()
+        reserved: list[str | None] = [None]  # the slot whose next turn we claimed
+        try:
+            return (
+                yield from self._acquire_loop(
+                    key, slots, meta, limit, lease_seconds, holder, single, began, give_up_at, me, reserved
+                )
+            )
+        except GeneratorExit:
+            raise
+        except BaseException:
+            if reserved[0] is not None:  # give the turn back, however we leave
+                yield Send(
+                    functools.partial(self.acquirer.abandon, reserved[0], Attempt(owner=me, reserved=True)),
+                    holding=True,
+                )
+            raise
+
+    def _acquire_loop(
+        self,
+        key: str,
+        slots: list[str],
+        meta: str,
+        limit: int,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+        single: bool,
+        began: float,
+        give_up_at: float,
+        me: str,
+        reserved: list[str | None],
+    ) -> Steps[Lease]:
+        """The look, write and sleep loop of ``acquisition``."""
         items: dict[str, Item | None] = {}
         watches: dict[str, Watch | None] = {}
+        holders_seen: set[str] = set()
         agreed = False
         tries = 0
         while True:
@@ -182,7 +215,7 @@ class SemaphoreAcquirer:
                 if now_limit is None and not agreed:
                     # The key's first use (or an item deleted by hand): one write, once.
                     try:
-                        yield Send(functools.partial(self.agree, key, stored, limit))
+                        yield Send(functools.partial(self.agree, key, slots[0], limit))
                     except DynLockError as exc:
                         if not getattr(exc, "retryable", False):
                             raise
@@ -192,53 +225,114 @@ class SemaphoreAcquirer:
             for slot in slots:
                 if slot in found:
                     items[slot] = found[slot]
-                    watches[slot] = self.waiting.observe(watches.get(slot), found[slot], received, watcher)
+                    watches[slot] = self.waiting.observe(watches.get(slot), found[slot], received, me)
                     yield from self.acquirer.remember(slot, watches[slot])
             if agreed and meta in found:
-                start = random.randrange(limit)
-                sent = [0]
-                for index in [*range(start, limit), *range(start)]:
-                    slot = slots[index]
-                    if slot not in found:
-                        continue
-                    due = self.waiting.takeover_in(items[slot], watches[slot], received)
-                    if watches[slot] is not None and (due is None or due > 0):
-                        continue  # held, and not yet ours to take over
-                    try:
-                        return (
-                            yield from _counting(
-                                self.acquirer.acquisition(
-                                    key,
-                                    slot,
-                                    0.0,
-                                    lease_seconds,
-                                    holder,
-                                    single=True,
-                                    slot=index,
-                                    quiet=True,
-                                    began=began,
-                                ),
-                                sent,
-                            )
-                        )
-                    except LockNotAcquired:
-                        pass  # taken since we looked
-                    except DynLockError as exc:
-                        if not getattr(exc, "retryable", False):
-                            raise
-                        error = exc
-                    if sent[0]:
-                        break  # one write a look, as a lock's waiter: the next look says more
+                lease = yield from self._try_slots(
+                    key, slots, found, items, watches, received, lease_seconds, holder, began, me, reserved
+                )
+                if lease is not None:
+                    return lease
+                if reserved[0] is None and not single:
+                    yield from self._reserve_if_starving(slots, found, items, holders_seen, began, me, reserved)
             now = monotonic()
             if single or now >= give_up_at:
                 raise self._gave_up(key, slots, items, watches, error, now - began)
             seen: list[tuple[Mapping[str, Any] | None, Watch | None]] = [(items.get(s), watches.get(s)) for s in slots]
             yield Sleep(
                 self.waiting.semaphore_delay(
-                    tries=tries, took=now - looked_at, error=error, seen=seen, now=now, give_up_at=give_up_at
+                    tries=tries,
+                    took=now - looked_at,
+                    error=error,
+                    seen=seen,
+                    now=now,
+                    give_up_at=give_up_at,
+                    reserved=reserved[0] is not None,
                 )
             )
             tries += 1
+
+    def _try_slots(
+        self,
+        key: str,
+        slots: list[str],
+        found: dict[str, Item | None],
+        items: dict[str, Item | None],
+        watches: dict[str, Watch | None],
+        received: float,
+        lease_seconds: float,
+        holder: Mapping[str, Any] | None,
+        began: float,
+        me: str,
+        reserved: list[str | None],
+    ) -> Steps[Lease | None]:
+        """One write to a slot that looks free or expired (the one we reserved first, else
+        from a random one on); None if none got us a lease."""
+        start = random.randrange(len(slots))
+        order = [*range(start, len(slots)), *range(start)]
+        if reserved[0] is not None:
+            mine = slots.index(reserved[0])
+            order = [mine] + [i for i in order if i != mine]
+        sent = [0]
+        for index in order:
+            slot = slots[index]
+            if slot not in found:
+                continue
+            due = self.waiting.takeover_in(items[slot], watches[slot], received)
+            if watches[slot] is not None and (due is None or due > 0):
+                continue  # held (or another waiter's next turn), and not yet ours to take over
+            try:
+                lease: Lease = yield from _counting(
+                    self.acquirer.acquisition(
+                        key,
+                        slot,
+                        0.0,
+                        lease_seconds,
+                        holder,
+                        single=True,
+                        slot=index,
+                        quiet=True,
+                        began=began,
+                        # Only the slot we reserved is written as ``me``: a write of
+                        # ours that was undone would keep that owner off a slot for good.
+                        owner=me if slot == reserved[0] else None,
+                    ),
+                    sent,
+                )
+            except LockNotAcquired:
+                if slot == reserved[0]:
+                    reserved[0] = None  # the acquire gave our turn back
+            else:
+                if reserved[0] is not None and reserved[0] != slot:
+                    yield Send(
+                        functools.partial(self.acquirer.abandon, reserved[0], Attempt(owner=me, reserved=True)),
+                        holding=True,
+                    )
+                reserved[0] = None
+                return lease
+            if sent[0]:
+                break  # one write a look, as a lock's waiter: the next look says more
+        return None
+
+    def _reserve_if_starving(
+        self,
+        slots: list[str],
+        found: dict[str, Item | None],
+        items: dict[str, Item | None],
+        holders_seen: set[str],
+        began: float,
+        me: str,
+        reserved: list[str | None],
+    ) -> Steps[None]:
+        """Claim the next turn of one held slot, as a lock's starving waiter does (see
+        Acquirer.reserve): whoever looks first after a release would otherwise get the
+        slot, most often its own releaser going round its loop."""
+        for slot in random.sample(slots, len(slots)):
+            item = items.get(slot)
+            if slot in found and item and self.waiting.starving(item, me, holders_seen, began):
+                if (yield Send(functools.partial(self.acquirer.reserve, slot, me, item[it.OWNER]["S"]))):
+                    reserved[0] = slot
+                return
 
     def _gave_up(
         self,
