@@ -169,3 +169,69 @@ def test_per_slot_heartbeat_extend_keep_for_and_loss(dynlock):
     assert dynlock.try_acquire("hb", limit=3) is None
     assert dynlock.break_lease("hb", token=12345) is False
     third.release()
+
+
+def test_a_renewal_is_one_write_unit_whatever_the_limit(dynlock):
+    """Issue 38, what must hold 4: DynamoDB Local's own ConsumedCapacity for a heartbeat's write."""
+    if "dynamodb-local" not in dynlock.server.kind:
+        pytest.skip("dynalite reports no ConsumedCapacity")
+    units: list[float] = []
+
+    def ask(params, **kwargs):
+        params["ReturnConsumedCapacity"] = "TOTAL"
+
+    def seen(http_response, parsed, **kwargs):
+        if "Error" not in parsed:  # a heartbeat's renewal can meet extend()'s and fail its condition
+            units.append(parsed.get("ConsumedCapacity", {}).get("CapacityUnits"))
+
+    leases = [dynlock.acquire("export:units", limit=50, holder={"task": "x" * 200}) for _ in range(50)]
+    events = dynlock.boto.meta.events
+    events.register("provide-client-params.dynamodb.UpdateItem", ask, unique_id="ask-units")
+    events.register("after-call.dynamodb.UpdateItem", seen, unique_id="seen-units")
+    try:
+        leases[17].extend()
+    finally:
+        events.unregister("provide-client-params.dynamodb.UpdateItem", unique_id="ask-units")
+        events.unregister("after-call.dynamodb.UpdateItem", unique_id="seen-units")
+    assert units and set(units) == {1.0}
+    for lease in leases:
+        lease.release()
+
+
+def test_a_waiter_on_a_full_semaphore_polls_no_more_often_than_a_lock_waiter(dynlock):
+    """Issue 38, what must hold 4: the lock's wait policy, one BatchGetItem a look.
+
+    Counted once the wait has settled (from 1 s on): a lock waiter's first look is a
+    write, slower than a read, and the first pause follows how long a look took; over
+    the whole 3 s the lock's waiter looked 19-27 times, the semaphore's 26-30 (five runs)."""
+    holder = other_client(dynlock)
+    waiter = other_client(dynlock)
+    try:
+        lock = holder.acquire("held-lock", lease=30.0)
+        full = [holder.acquire("full", limit=5, lease=30.0) for _ in range(5)]
+        waiter.get("warmup")
+        settled = {}
+        for key, limit in (("held-lock", 1), ("full", 5)):
+            sent: list[tuple[float, str]] = []
+            unique = f"times-{key}"
+            waiter.boto.meta.events.register(
+                "before-call.dynamodb",
+                lambda model, sent=sent, **kw: sent.append((time.monotonic(), model.name)),
+                unique_id=unique,
+            )
+            began = time.monotonic()
+            try:
+                with pytest.raises(LockNotAcquired):
+                    waiter.acquire(key, limit=limit, wait=3.0)
+            finally:
+                waiter.boto.meta.events.unregister("before-call.dynamodb", unique_id=unique)
+            settled[key] = sum(1 for at, _ in sent if at - began >= 1.0)
+            assert {name for _, name in sent} <= {"UpdateItem", "GetItem", "BatchGetItem"}
+            print(key, len(sent), "looks,", settled[key], "from 1 s on")
+        # One look either way is the phase of the polls against the window's start.
+        assert settled["full"] <= settled["held-lock"] + 1, settled
+        for lease in [lock, *full]:
+            lease.release()
+    finally:
+        holder.close()
+        waiter.close()

@@ -195,7 +195,7 @@ class SemaphoreAcquirer:
         """The look, write and sleep loop of ``acquisition``."""
         items: dict[str, Item | None] = {}
         watches: dict[str, Watch | None] = {}
-        holders_seen: set[str] = set()
+        holders_seen: dict[str, set[str]] = {slot: set() for slot in slots}  # a slot changing hands
         agreed = False
         tries = 0
         while True:
@@ -319,7 +319,7 @@ class SemaphoreAcquirer:
         slots: list[str],
         found: dict[str, Item | None],
         items: dict[str, Item | None],
-        holders_seen: set[str],
+        holders_seen: dict[str, set[str]],
         began: float,
         me: str,
         reserved: list[str | None],
@@ -329,7 +329,7 @@ class SemaphoreAcquirer:
         slot, most often its own releaser going round its loop."""
         for slot in random.sample(slots, len(slots)):
             item = items.get(slot)
-            if slot in found and item and self.waiting.starving(item, me, holders_seen, began):
+            if slot in found and item and self.waiting.starving(item, me, holders_seen[slot], began):
                 if (yield Send(functools.partial(self.acquirer.reserve, slot, me, item[it.OWNER]["S"]))):
                     reserved[0] = slot
                 return
