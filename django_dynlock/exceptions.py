@@ -118,7 +118,7 @@ class SemaphoreConflict(DynLockError):
 
     Raised before anything is written. ``limit`` is what this process asked for,
     ``stored_limit`` what the table says: deploy the same limit everywhere, or change
-    the stored one with ``manage.py breaklock KEY --set-limit N`` (docs/semaphores.md).
+    the stored one with ``manage.py setlocklimit KEY N`` (docs/semaphores.md).
     """
 
     def __init__(self, key: str, *, limit: int, stored_limit: int):
@@ -128,7 +128,7 @@ class SemaphoreConflict(DynLockError):
         super().__init__(
             f"semaphore {key!r} has limit {stored_limit} in the table, but this process asked for limit={limit}: "
             f"use limit={stored_limit}, or change the stored limit with "
-            f"'manage.py breaklock {key} --set-limit {limit}' once every process asks for it"
+            f"'manage.py setlocklimit {key} {limit}' once every process asks for it"
         )
 
 

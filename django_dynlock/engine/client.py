@@ -461,7 +461,7 @@ class LockClient:
         return stored_limit(self._store.get_item(limit_key(self.options.prefixed(key))))
 
     def set_limit(self, key: str, limit: int) -> int | None:
-        """Change the limit stored for ``key`` (the operator's, ``breaklock --set-limit``):
+        """Change the limit stored for ``key`` (the operator's, ``manage.py setlocklimit KEY N``):
         one write; returns the old limit. Processes that ask for another then raise
         SemaphoreConflict; holders in slots past a lowered limit keep them until they
         release, so during a change as many as the larger of the two limits hold ``key``."""

@@ -103,6 +103,8 @@ SLOT_MARK = "\uffff"
 LIMIT_SUFFIX = "limit"
 # The limit item's one attribute of ours: the semaphore's limit (a Number).
 LIMIT = "limit"
+# The limit before an operator's last change (``LockClient.set_limit``).
+PREVIOUS_LIMIT = "previous"
 
 
 def split_stored(stored: str) -> tuple[str, int | None, bool]:

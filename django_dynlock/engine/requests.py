@@ -376,7 +376,12 @@ def set_limit(options: ClientOptions, stored: str, limit: int, *, force: bool = 
         "ExpressionAttributeNames": names(it.LIMIT),
         "ExpressionAttributeValues": {":n": it.num(limit)},
     }
-    if not force:
+    if force:
+        # The limit before: holders() reads its slots too, where holders past a lowered
+        # limit stay until they release.
+        request["UpdateExpression"] = "SET #previous = if_not_exists(#limit, :n), #limit = :n"
+        request["ExpressionAttributeNames"] = names(it.LIMIT, it.PREVIOUS_LIMIT)
+    else:
         request["ConditionExpression"] = "attribute_not_exists(#limit) OR #limit = :n"
         request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
     return request

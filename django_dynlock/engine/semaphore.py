@@ -128,9 +128,12 @@ class SemaphoreAcquirer:
         return stored_limit(reply.get("Attributes"))
 
     def holders(self, stored: str) -> tuple[int | None, list[LeaseInfo]]:
-        """(the stored limit, the slots' items that name a holder): two reads."""
-        limit = stored_limit(self.store.get_item(limit_key(stored)))
-        slots = [slot_key(stored, i) for i in range(limit or 1)]
+        """(the stored limit, the slots' items that name a holder): two reads. The slots
+        of the limit before an operator lowered it too: their holders stay until they release."""
+        item = self.store.get_item(limit_key(stored))
+        limit = stored_limit(item)
+        previous = (item or {}).get(it.PREVIOUS_LIMIT, {}).get("N")
+        slots = [slot_key(stored, i) for i in range(max(limit or 1, int(previous or 0)))]
         found: dict[str, Item | None] = {}
         while len(found) < len(slots):
             found.update(self.read([s for s in slots if s not in found]))
