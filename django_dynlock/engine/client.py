@@ -45,7 +45,7 @@ from .keys import MAX_KEY_BYTES, MAX_LIMIT, limit_key
 from .lease import Lease, LeaseGroup
 from .multikey import MAX_KEYS_PER_TRANSACTION, GroupAcquirer
 from .options import ClientOptions, check_seconds
-from .semaphore import SemaphoreAcquirer, stored_limit
+from .semaphore import SEMAPHORE_HOLDER_KEY, SemaphoreAcquirer, stored_limit
 from .stamps import Stamper
 from .steps import Steps, run, run_async
 from .store import Store
@@ -252,6 +252,10 @@ class LockClient:
         lease_seconds = self._lease_seconds(lease)
         if self._semaphore_limit(key, stored, limit) == 1:
             return self._acquirer.acquisition(key, stored, wait_seconds, lease_seconds, holder, single=single)
+        # Says what its slot 0 holds (the key's own item, which a lock holds too), for
+        # showlocks and the admin to show the semaphore's holders together.
+        holder = {**(holder or {}), SEMAPHORE_HOLDER_KEY: str(limit)}
+        rq.holder_map(holder)
         return self._semaphores.acquisition(key, stored, limit, wait_seconds, lease_seconds, holder, single=single)
 
     @staticmethod

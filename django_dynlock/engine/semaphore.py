@@ -40,6 +40,10 @@ from .waiting import Attempt, WaitPolicy, Watch
 
 Item = dict[str, Any]
 
+#: The holder metadata a semaphore's holder stores: the limit it asked for (as
+#: ``election`` marks an election's term).
+SEMAPHORE_HOLDER_KEY = "semaphore"
+
 
 def stored_limit(item: Mapping[str, Any] | None) -> int | None:
     """The limit a limit item stores (None: no item, or none stored)."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import json
 
 import pytest
 from django.core.management import CommandError, call_command
@@ -68,3 +69,22 @@ def test_breaklock_token_breaks_one_holder_of_a_semaphore(dynlock, other):
     for lease in held:
         if lease is not victim:
             lease.release()
+
+
+def test_showlocks_shows_a_semaphore_as_one_row_with_its_holders_beneath(dynlock, other):
+    held = [other.acquire("export:acme", limit=5, holder={"task": "export"}) for _ in range(3)]
+    lock = other.acquire("invoice:1", holder={"view": "pay"})
+    lines = run("showlocks").out.splitlines()
+    assert lines[0].split() == ["KEY", "TOKEN", "HOLDER", "ACQUIRED", "EXPIRES", "METADATA"]
+    assert lines[1].startswith("invoice:1 ")
+    assert lines[2].rstrip() == "export:acme 3/5"
+    rows = [line.split() for line in lines[3:6]]
+    assert [(row[0], int(row[1])) for row in rows] == sorted((f"#{lease.slot}", lease.token) for lease in held)
+    assert all(row[2:4] == ["export", "on"] for row in rows)
+    assert "semaphore=" not in "\n".join(lines)  # said by the title row
+    records = json.loads(run("showlocks", "--format", "json").out)
+    mine = sorted((r["slot"], r["token"], r["semaphore"]) for r in records if r["key"] == "export:acme")
+    assert mine == sorted((lease.slot, lease.token, 5) for lease in held)
+    assert [r["semaphore"] for r in records if r["key"] == "invoice:1"] == [None]
+    for lease in [*held, lock]:
+        lease.release()
