@@ -198,6 +198,7 @@ def test_tenants_keep_their_own_limits_at_the_same_time(run):
         assert most == limit, f"{key}: {most} holders at {at - begin:.3f}s (limit {limit})"
 
 
+LOOK_TO_WRITE = 0.5  # seconds between a look's reply and its write, at most, on a loaded machine
 FAULTS = {
     "drop_reply": 0.04,
     "delay": 0.04,
@@ -222,10 +223,11 @@ def test_never_more_than_the_larger_limit_through_faults_and_a_change_of_the_lim
         begin = run.start(
             6, [("import", 3)], seconds=12.0, hold=0.3, endpoints=[p.endpoint_url for p in proxies], timeout=0.5
         )
+        operator.get("import")  # connected: the change lands at once
         while true_wall() < begin + 6.0:
             time.sleep(0.05)
-        changed = true_wall()
         assert operator.set_limit("import", 2) == 3
+        changed = true_wall()  # landed by now: a look from here on reads 2
         operator.close()
         run.wait(60)
         counts = proxies.counts()
@@ -234,8 +236,11 @@ def test_never_more_than_the_larger_limit_through_faults_and_a_change_of_the_lim
     intervals = run.intervals()
     most, at = most_at_once(intervals)
     assert most <= 3, f"{most} holders at {at - begin:.3f}s"
-    # Every holder of slot 2 acquired it under limit 3: none began after the change.
-    assert all(i["start"] < changed for i in intervals if i["slot"] == 2)
+    # Every holder of slot 2 acquired it under limit 3: its write follows a look that read 3,
+    # before the change landed (LOOK_TO_WRITE: a process descheduled between the two).
+    late = [i["start"] - changed for i in intervals if i["slot"] == 2 and i["start"] > changed]
+    assert all(after < LOOK_TO_WRITE for after in late), late
+    print("slot 2 acquisitions begun after the change landed:", [round(x, 3) for x in late])
     drained = max([changed] + [i["end"] for i in intervals if i["slot"] == 2])
     later = [i for i in intervals if i["end"] > drained]
     most_later, at_later = most_at_once([{**i, "start": max(i["start"], drained)} for i in later])
