@@ -23,7 +23,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
-from ..exceptions import DynLockError, LockNotAcquired, SemaphoreConflict
+from ..exceptions import BackendError, DynLockError, LockNotAcquired, SemaphoreConflict
 from . import items as it
 from . import requests as rq
 from .acquiring import Acquirer
@@ -39,6 +39,10 @@ from .store import Store
 from .waiting import Attempt, WaitPolicy, Watch
 
 Item = dict[str, Any]
+
+# How many BatchGetItem calls holders() makes for the keys DynamoDB leaves unprocessed
+# (a throttled table): then it gives up, as any other call that cannot get through.
+UNPROCESSED_ROUNDS = 5
 
 #: The holder metadata a semaphore's holder stores: the limit it asked for (as
 #: ``election`` marks an election's term).
@@ -139,8 +143,12 @@ class SemaphoreAcquirer:
         previous = (item or {}).get(it.PREVIOUS_LIMIT, {}).get("N")
         slots = [slot_key(stored, i) for i in range(max(limit or 1, int(previous or 0)))]
         found: dict[str, Item | None] = {}
-        while len(found) < len(slots):
+        for _ in range(UNPROCESSED_ROUNDS):
             found.update(self.read([s for s in slots if s not in found]))
+            if len(found) == len(slots):
+                break
+        else:
+            raise BackendError(f"DynamoDB left {len(slots) - len(found)} of the slots unread", retryable=True)
         infos = []
         for index, slot in enumerate(slots):
             info = self.keeper.info(found[slot])
