@@ -62,7 +62,9 @@ def test_a_lock_holder_of_the_key_holds_the_semaphores_slot_0(dynlock):
 
 def test_uncontended_costs_one_read_and_one_write_and_a_renewal_one_write(dynlock):
     """Issue 38, what must hold 4. The first use stores the limit: one write more, once."""
-    first = dynlock.acquire("export:cost", limit=50)
+    with count_calls(dynlock) as calls:
+        first = dynlock.acquire("export:cost", limit=50)
+    assert calls == {"BatchGetItem": 1, "UpdateItem": 2}
     first.release()
     with count_calls(dynlock) as calls:
         lease = dynlock.acquire("export:cost", limit=50)
