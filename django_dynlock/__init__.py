@@ -13,6 +13,7 @@ from .exceptions import (
     InvalidKey,
     LockLost,
     LockNotAcquired,
+    SemaphoreConflict,
     TableNotFound,
     TableSchemaError,
 )
@@ -38,6 +39,7 @@ __all__ = [
     "LockClient",
     "LockLost",
     "LockNotAcquired",
+    "SemaphoreConflict",
     "TableNotFound",
     "TableSchemaError",
     "TableStatus",

@@ -12,7 +12,8 @@ from typing import Any
 from django.core import checks
 from django.utils.translation import gettext as _
 
-from . import conf
+from . import conf, keytemplates
+from .engine.keys import MAX_LIMIT
 from .exceptions import DynLockError, TableNotFound
 
 TAG = "dynlock"
@@ -225,6 +226,25 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
     return messages
 
 
+def check_limits(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMessage]:
+    """dynlock.E017: a function decorated with ``dynamo_lock(limit=N)`` for an N that one
+    look at a semaphore cannot read (BatchGetItem reads 100 keys: 99 slots and the limit item)."""
+    return [
+        checks.Error(
+            _("%(where)s: dynamo_lock(limit=%(limit)s) is outside 1-%(most)s")
+            % {"where": where, "limit": limit, "most": MAX_LIMIT},
+            hint=_(
+                "one look at a semaphore reads every slot and its limit item with one BatchGetItem, "
+                "which reads at most 100 keys: use a limit of %(most)s at most"
+            )
+            % {"most": MAX_LIMIT},
+            obj=where,
+            id="dynlock.E017",
+        )
+        for where, limit in keytemplates.declared_limits
+    ]
+
+
 # Registered by calls rather than as decorators: Django ships no type hints, and its
 # decorator would leave the functions untyped.
 # The table check skips an alias whose settings are broken, so a run of its tag alone
@@ -232,4 +252,5 @@ def check_tables(app_configs: Any = None, **kwargs: Any) -> list[checks.CheckMes
 # setting would pass it as "no issues".
 checks.register(check_settings, TAG, TABLE_TAG)
 checks.register(check_beat, TAG)
+checks.register(check_limits, TAG)
 checks.register(check_tables, TAG, TABLE_TAG, deploy=True)

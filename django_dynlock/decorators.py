@@ -26,12 +26,23 @@ from typing import Any, TypeVar, cast
 from asgiref.sync import iscoroutinefunction
 from django.http import HttpRequest, HttpResponse, HttpResponseBase
 
+from . import keytemplates
 from .conf import DEFAULT_ALIAS
 from .engine.client import LockClient
+from .engine.keys import MAX_LIMIT
 from .engine.lease import Lease, LeaseGroup, release_quietly_if_failing
 from .engine.text import printable
 from .exceptions import BackendError, InvalidArgument, LockLost, LockNotAcquired
-from .keytemplates import KeySpec, check_templates, is_template, placeholders, resolve_keys
+from .keytemplates import (
+    KeySpec,
+    call_with_arguments,
+    check_arguments,
+    check_limit,
+    check_templates,
+    is_template,
+    placeholders,
+    resolve_keys,
+)
 from .registry import get_lock_client
 
 logger = logging.getLogger("django_dynlock")
@@ -254,6 +265,10 @@ class dynamo_lock:
     :param holder: metadata stored with the lease (a dict of strings).
     :param quote: percent-encode each value filled into a template, so that no value
         can write the template's separator (decorators only).
+    :param limit: how many calls may hold the key at once (a semaphore,
+        docs/semaphores.md), 1 to 99; or a callable given the call's arguments by name,
+        as a key template is (``lambda tenant_id: ...``), that returns it (decorators
+        only). One key only.
     :param metrics_name: the ``name`` label of its metrics and spans. None: the key
         templates as written (``"order:{order_id}"``, several joined by ``,``), or for a
         callable key its key's prefix up to the first ``:`` (docs/observability.md).
@@ -271,6 +286,7 @@ class dynamo_lock:
         reentrant: bool = False,
         holder: Mapping[str, Any] | None = None,
         quote: bool = False,
+        limit: int | Callable[..., int] = 1,
         metrics_name: str | None = None,
     ):
         for key in keys:
@@ -304,6 +320,12 @@ class dynamo_lock:
         self.holder = dict(holder or {})
         self.quote = bool(quote)
         self.metrics_name = metrics_name
+        if not callable(limit):
+            if isinstance(limit, bool) or not isinstance(limit, int):
+                raise InvalidArgument(f"limit must be an int or a callable, got {limit!r}")
+            if limit > 1 and len(keys) > 1:
+                raise InvalidArgument(f"limit={limit} applies to one key; got {len(keys)} keys")
+        self.limit = limit
 
     # -- what the current context holds -----------------------------------------
     @staticmethod
@@ -342,20 +364,32 @@ class dynamo_lock:
             return ",".join(cast("Sequence[str]", specs))
         return None
 
-    def _acquire(self, keys: list[str], holder: Mapping[str, Any], name: str | None) -> Handle:
+    def _acquire(self, keys: list[str], holder: Mapping[str, Any], name: str | None, limit: int = 1) -> Handle:
         client = self._client()
         if len(keys) == 1:
-            return client.acquire(keys[0], wait=self.wait, lease=self.lease, holder=holder, metrics_name=name)
+            return client.acquire(
+                keys[0], wait=self.wait, lease=self.lease, holder=holder, limit=limit, metrics_name=name
+            )
+        _one_key(keys, limit)
         return client.acquire_many(keys, wait=self.wait, lease=self.lease, holder=holder, metrics_name=name)
 
-    async def _acquire_async(self, keys: list[str], holder: Mapping[str, Any], name: str | None) -> Handle:
+    async def _acquire_async(
+        self, keys: list[str], holder: Mapping[str, Any], name: str | None, limit: int = 1
+    ) -> Handle:
         """Waits without holding a thread, for one key or several."""
         client = self._client()
         if len(keys) == 1:
             return await client.acquire_async(
-                keys[0], wait=self.wait, lease=self.lease, holder=holder, metrics_name=name
+                keys[0], wait=self.wait, lease=self.lease, holder=holder, limit=limit, metrics_name=name
             )
+        _one_key(keys, limit)
         return await client.acquire_many_async(keys, wait=self.wait, lease=self.lease, holder=holder, metrics_name=name)
+
+    def _limit_of(self, signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]) -> int:
+        """This call's limit: the callable's answer, given the call's arguments by name."""
+        if not callable(self.limit):
+            return check_limit(self.limit)
+        return check_limit(call_with_arguments(self.limit, signature, args, kwargs))
 
     async def _finish_async(self, handle: Handle, error: BaseException | None) -> None:
         """``_finish`` on the client's holders' pool: a release never queues behind waiters."""
@@ -440,6 +474,12 @@ class dynamo_lock:
         keys = self.keys or (f"{func.__module__}.{func.__qualname__}",)
         signature = check_templates(keys, func)
         name = self._name(keys)
+        if callable(self.limit):
+            check_arguments(self.limit, func, "limit")
+        elif not 1 <= self.limit <= MAX_LIMIT:
+            # As a model field's bad option: reported by the system check (dynlock.E017)
+            # with every other one, and refused by each call.
+            keytemplates.declared_limits.append((_where(func), self.limit))
 
         if iscoroutinefunction(func):
 
@@ -451,7 +491,7 @@ class dynamo_lock:
                 request = _find_request(args)
                 holder = _holder(func, request, self.holder, args)
                 try:
-                    handle = await self._acquire_async(resolved, holder, name)
+                    handle = await self._acquire_async(resolved, holder, name, self._limit_of(signature, args, kwargs))
                 except LockNotAcquired as error:
                     return self._busy(error, request, func, args)
                 except BackendError as error:
@@ -476,7 +516,8 @@ class dynamo_lock:
                 return func(*args, **kwargs)
             request = _find_request(args)
             try:
-                handle = self._acquire(resolved, _holder(func, request, self.holder, args), name)
+                limit = self._limit_of(signature, args, kwargs)
+                handle = self._acquire(resolved, _holder(func, request, self.holder, args), name, limit)
             except LockNotAcquired as error:
                 return self._busy(error, request, func, args)
             except BackendError as error:
@@ -506,6 +547,10 @@ class dynamo_lock:
             )
         if not self.keys:
             raise InvalidArgument('dynamo_lock used as a context manager needs a key: with dynamo_lock("export"): ...')
+        if callable(self.limit):
+            raise InvalidArgument(
+                "a limit callable is given a decorated function's arguments; in a with block pass the limit: limit=5"
+            )
         if self.quote:
             raise InvalidArgument(
                 "quote=True applies to the key templates of decorated functions; in a with block "
@@ -528,7 +573,7 @@ class dynamo_lock:
         handle = self._reentered(keys) if self.reentrant else None
         entered = handle is None
         if handle is None:
-            handle = self._acquire(keys, _holder(None, None, self.holder), self._name(keys))
+            handle = self._acquire(keys, _holder(None, None, self.holder), self._name(keys), cast(int, self.limit))
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 
@@ -546,7 +591,7 @@ class dynamo_lock:
         entered = handle is None
         if handle is None:
             holder = _holder(None, None, self.holder)
-            handle = await self._acquire_async(keys, holder, self._name(keys))
+            handle = await self._acquire_async(keys, holder, self._name(keys), cast(int, self.limit))
         _push_context(self, _Held(self.using, tuple(keys), handle, _who()), entered)
         return handle
 
@@ -579,6 +624,11 @@ def _pop_context(lock: dynamo_lock) -> tuple[_Held, bool, contextvars.Token[tupl
             _entered.set(stack[:index] + stack[index + 1 :])
             return entry, entered, token
     raise RuntimeError("dynamo_lock.__exit__ without a matching __enter__ in this context")
+
+
+def _one_key(keys: list[str], limit: int) -> None:
+    if limit > 1:
+        raise InvalidArgument(f"limit={limit} applies to one key; this call's keys are {keys}")
 
 
 def _is_status(value: object) -> bool:

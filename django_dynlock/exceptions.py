@@ -113,6 +113,25 @@ class LockNotAcquired(DynLockError):
         super().__init__(f"lock {key!r} is held{who} (waited {waited:.2f}s{after})")
 
 
+class SemaphoreConflict(DynLockError):
+    """This process asked for a semaphore with another limit than the one stored for its key.
+
+    Raised before anything is written. ``limit`` is what this process asked for,
+    ``stored_limit`` what the table says: deploy the same limit everywhere, or change
+    the stored one with ``manage.py setlocklimit KEY N`` (docs/semaphores.md).
+    """
+
+    def __init__(self, key: str, *, limit: int, stored_limit: int):
+        self.key = key
+        self.limit = limit
+        self.stored_limit = stored_limit
+        super().__init__(
+            f"semaphore {key!r} has limit {stored_limit} in the table, but this process asked for limit={limit}: "
+            f"use limit={stored_limit}, or change the stored limit with "
+            f"'manage.py setlocklimit {key} {limit}' once every process asks for it"
+        )
+
+
 class LockLost(DynLockError):
     """The lease ended before its holder released it (expired, taken over or broken).
 

@@ -18,6 +18,7 @@ import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from .engine.keys import MAX_LIMIT
 from .exceptions import InvalidArgument, InvalidKey
 
 __all__ = ["KeySpec", "check_templates", "is_template", "placeholders", "resolve_keys"]
@@ -218,3 +219,51 @@ def resolve_keys(
                 f"lock key template {key!r} could not be filled from the call's arguments: {exc!r}"
             ) from exc
     return resolved
+
+
+#: (where, limit) of each function decorated with a limit out of 1-99, for the system
+#: check dynlock.E017 (checks.py), as a model field's bad option is reported.
+declared_limits: list[tuple[str, int]] = []
+
+
+def check_limit(limit: object) -> int:
+    """A semaphore's limit (``dynamo_lock(limit=...)``), or InvalidArgument."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+        raise InvalidArgument(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}")
+    return limit
+
+
+def check_arguments(given: Callable[..., Any], func: Callable[..., Any], what: str) -> None:
+    """At decoration time: every parameter ``given`` needs is one of ``func``'s (or
+    ``func`` takes ``**kwargs``, as a class-based view's dispatch does), as for a template."""
+    try:
+        wanted = inspect.signature(given).parameters.values()
+        params = inspect.signature(func).parameters
+    except (TypeError, ValueError):
+        return  # a builtin or C function: checked at the call
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return
+    for param in wanted:
+        needed = param.default is inspect.Parameter.empty and param.kind not in (
+            inspect.Parameter.VAR_POSITIONAL,
+            inspect.Parameter.VAR_KEYWORD,
+        )
+        if needed and param.name not in params:
+            raise InvalidArgument(
+                f"the {what} callable needs {param.name!r}, which {func.__qualname__}() does not take; "
+                f"its parameters: {', '.join(params) or 'none'}"
+            )
+
+
+def call_with_arguments(
+    given: Callable[..., Any], signature: inspect.Signature | None, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> Any:
+    """Call ``given`` with the call's arguments it names (all of them, if it takes ``**kwargs``)."""
+    namespace = _namespace(signature, args, kwargs)
+    try:
+        params = inspect.signature(given).parameters
+    except (TypeError, ValueError):
+        return given(**namespace)
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
+        return given(**namespace)
+    return given(**{name: value for name, value in namespace.items() if name in params})

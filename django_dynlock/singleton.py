@@ -62,12 +62,14 @@ def run_singleton(
     busy_exit: int = 0,
     using: str = "default",
     verbosity: int = 1,
+    limit: int = 1,
 ) -> T | None:
     """Run ``body(lease)`` under the lease on ``key``; ``None`` (or CommandError) when busy.
 
     ``command`` is the management command whose stdout/stderr/style report what
     happens. Busy: a message on stdout and ``None`` when ``busy_exit`` is 0,
-    otherwise ``CommandError(message, returncode=busy_exit)``.
+    otherwise ``CommandError(message, returncode=busy_exit)``. ``limit``: how many
+    runs may hold ``key`` at once (a semaphore).
     """
     if not 0 <= busy_exit <= 255:
         usage_error(_("busy exit code must be 0-255, got %(code)s") % {"code": busy_exit})
@@ -77,7 +79,7 @@ def run_singleton(
         holder = {**holder, fmt.AT_LEAST_KEY: f"{at_least:g}"}
     with translated_errors():
         try:
-            held = client.acquire(key, wait=wait, lease=lease, holder=holder)
+            held = client.acquire(key, wait=wait, lease=lease, holder=holder, limit=limit)
         except LockNotAcquired as busy:
             message = busy_message(busy, client.server_datetime())
             if busy_exit:

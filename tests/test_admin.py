@@ -308,6 +308,25 @@ def test_elections_are_shown_with_each_terms_age(table, viewer):
     assert re.search(r'election beat</span></div><div class="dynlock-term quiet">term age [56]s</div>', detail)
 
 
+def test_a_semaphore_is_one_row_with_its_holders_beneath(table, operator):
+    """issue 38: "export:acme 3/5" (the stored limit, how many hold it), then its holders by
+    slot; slot 0 (the key's own item) keeps its page and its checkbox, the others are
+    broken with ``breaklock --token``."""
+    held = [table.acquire("export:acme", limit=5, lease=30, holder={"task": "export"}) for _ in range(3)]
+    table.acquire("job:1", lease=30)
+    text = content(operator.get(changelist_url()))
+    assert keys_on(operator.get(changelist_url())) == ["job:1"]
+    title = text.index('<th colspan="7" class="dynlock-key" scope="rowgroup">export:acme 3/5</th>')
+    slots = re.findall(r'<tr class="dynlock-row dynlock-slot" data-key="export:acme".*?#(\d)<', text[title:], re.DOTALL)
+    assert slots == sorted(str(lease.slot) for lease in held)  # each acquire starts at a random slot
+    zero = any(lease.slot == 0 for lease in held)
+    assert text.count('name="_selected_action" value="export:acme"') == zero  # slot 0's only
+    assert (f'href="{detail_url("export:acme")}">#0</a>' in text) == zero
+    assert text.count('<span title="Break it with manage.py breaklock KEY --token TOKEN">#') == 3 - zero
+    for lease in held:
+        lease.release()
+
+
 def test_released_and_expired_items_only_with_the_filter(table, viewer):
     table.acquire("live", lease=30)
     released = table.acquire("done", lease=30)

@@ -407,6 +407,17 @@ def test_retry_past_max_retries_fails_the_task_with_lock_not_acquired(run):
         _busy_outside_a_task(run)
 
 
+def test_a_semaphore_on_a_task_retries_when_every_slot_is_held(run):
+    """dynamo_lock(limit=2, on_busy="retry") on a task (issue 38): on_busy works unchanged."""
+    name = uuid.uuid4().hex[:8]
+    held = run.client.acquire(f"limited:{name}", limit=2)
+    assert tasks.limited_retry.apply((name,)).get() == 1 - held.slot  # the other slot
+    with run.client.acquire(f"limited:{name}", limit=2):
+        result = tasks.limited_retry.apply((name,))
+    assert result.failed() and isinstance(result.result, LockNotAcquired)
+    held.release()
+
+
 def _busy_outside_a_task(run) -> None:
     @dynamo_lock("outside:{n}", on_busy="retry")
     def locked(n):

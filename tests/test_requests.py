@@ -52,6 +52,8 @@ SHAPES = {
     "reserve": rq.reserve(OPTIONS, "job:1", owner=OWNER, holder="other"),
     "give up a reservation": rq.give_up_reservation(OPTIONS, "job:1", owner=OWNER),
     "mark a slot": rq.mark_slot(OPTIONS, "job:1", owner=OWNER, mark="lost:", now=1_800_000_000.0),
+    "store a semaphore's limit": rq.set_limit(OPTIONS, "job:1", 5),
+    "change a semaphore's limit": rq.set_limit(OPTIONS, "job:1", 5, force=True),
     "release": rq.release(OPTIONS, "job:1", owner=OWNER, fence=None, rvn="r3", now=1_800_000_000.0),
     "release with its fence": rq.release(OPTIONS, "job:1", owner=OWNER, fence=37, rvn="r3", now=1_800_000_000.0),
     **{

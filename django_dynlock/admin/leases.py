@@ -204,6 +204,32 @@ class LeaseAdmin(admin.ModelAdmin):
             rows.append(row)
         return rows
 
+    def _semaphores(self, rows: list[Row], alias: str) -> list[Row]:
+        """A semaphore's holders on this page together, after the other leases, by slot,
+        under a title: ``export:acme 3/5``, how many hold the key and its stored limit
+        (three reads for each semaphore shown)."""
+        groups: dict[str, list[Row]] = {}
+        for row in rows:
+            if fmt.semaphore(row.info) is not None:
+                groups.setdefault(row.key, []).append(row)
+        if not groups:
+            return rows
+        client = get_lock_client(alias)
+        shown = [row for row in rows if fmt.semaphore(row.info) is None]
+        for key in sorted(groups):
+            members = sorted(groups[key], key=lambda row: fmt.slot(row.info) or 0)
+            try:
+                limit, held = client.semaphore_limit(key), len(client.holders(key))
+            except DynLockError:
+                limit, held = None, len(members)
+            if limit is None:
+                limit = fmt.semaphore(members[0].info)
+            members[0].group = f"{key} {held}/{limit}"
+            for row in members:
+                row.slot = fmt.slot(row.info)
+            shown.extend(members)
+        return shown
+
     # -- the list ----------------------------------------------------------------------
     def _refresh(self, request: HttpRequest) -> int | None:
         """The auto-refresh period the query string asks for (None: off)."""
@@ -260,6 +286,8 @@ class LeaseAdmin(admin.ModelAdmin):
             hidden_expired = len(infos) - len(live)
             infos = live
         rows = self._rows(sorted(infos, key=lambda info: info.key), alias, now)
+        if error is None:
+            rows = self._semaphores(rows, alias)
         base = {"q": query, "all": "1" if include_all else "", "refresh": refresh}
         context = self._context(
             request,

@@ -39,6 +39,10 @@ class Row:
     task_id: str = ""  # a Celery task's id (django_dynlock.celery): shown with the task's name
     election: str = ""  # the election whose term this is (client.election): a badge by the holder
     term_age: str = ""  # how long the term has lasted, while it is held
+    # A semaphore's holder: its slot, and on the first of its key's rows the title above
+    # them ("export:acme 3/5"). Slot 1 and up have no page of their own: breaklock --token.
+    slot: int | None = None
+    group: str = ""
 
     @property
     def key(self) -> str:
@@ -58,7 +62,12 @@ class Row:
 
     @property
     def breakable(self) -> bool:
-        return self.info.is_breakable
+        return self.info.is_breakable and not self.slot
+
+    @property
+    def has_page(self) -> bool:
+        """Its key's page shows it: not a semaphore's holder in slot 1 and up."""
+        return not self.slot
 
 
 def make_row(info: LeaseInfo, now: dt.datetime) -> Row:

@@ -155,19 +155,56 @@ class Acquirer:
         *,
         single: bool,
         metrics_name: str | None = None,
+        slot: int = 0,
+        quiet: bool = False,
+        began: float | None = None,
+        owner: str | None = None,
     ) -> Steps[Lease]:
         """One acquire of ``key``, its in-process gate and its undo included, as steps:
-        ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine."""
+        ``steps.run`` drives it on a thread, ``steps.run_async`` from a coroutine.
+
+        A semaphore (semaphore.py) tries its slots' items with this: ``slot`` is the
+        lease's, ``quiet`` leaves the ``busy`` event to the semaphore's own acquire, and
+        ``began`` is when that acquire began (the ``acquired`` event's ``waited``), and
+        ``owner`` the owner id that reserved the slot's next turn."""
         started = monotonic()
         terms = Terms(started + wait, lease_seconds, holder, metrics_name)
+
+        def acquiring(observed: observe.AcquireObservation | None) -> Steps[Lease]:
+            return self._acquisition(
+                key,
+                stored,
+                terms,
+                started,
+                single=single,
+                observed=observed,
+                slot=slot,
+                quiet=quiet,
+                began=began,
+                owner=owner,
+            )
+
+        if quiet:  # a semaphore's slot: the semaphore's acquire is the one observed
+            return (yield from acquiring(None))
+        return (yield from self.observed(key, metrics_name, acquiring))
+
+    def observed(
+        self,
+        key: str,
+        metrics_name: str | None,
+        acquiring: Callable[[observe.AcquireObservation | None], Steps[Lease]],
+    ) -> Steps[Lease]:
+        """``acquiring`` (an acquire's steps, given its observation), followed by the
+        observers (observe.py) from start to end, if any: a lock's and a semaphore's."""
+        started = monotonic()
         # Started before the first step, in the caller's context: a span's parent is current.
         observed = None
         if observe.OBSERVERS:
             observed = observe.start_acquire(self.options.alias, observe.metrics_name(key, metrics_name), key)
         if observed is None:
-            return (yield from self._acquisition(key, stored, terms, started, single=single, observed=None))
+            return (yield from acquiring(None))
         try:
-            lease = yield from self._acquisition(key, stored, terms, started, single=single, observed=observed)
+            lease = yield from acquiring(observed)
         except LockNotAcquired as busy:
             observed.end("busy", waited=monotonic() - started, looks=observed.looks, token=None, error=busy)
             raise
@@ -186,6 +223,10 @@ class Acquirer:
         *,
         single: bool,
         observed: observe.AcquireObservation | None,
+        slot: int,
+        quiet: bool,
+        began: float | None,
+        owner: str | None,
     ) -> Steps[Lease]:
         try:
             if not (yield Enter(stored, terms.give_up_at)):
@@ -193,7 +234,7 @@ class Acquirer:
             try:
                 if not self.store.built:
                     yield Prepare(lambda: self.store.boto)
-                attempt = Attempt(owner=self.new_owner())
+                attempt = Attempt(owner=owner or self.new_owner())
                 yield OnCancel(functools.partial(_may_land, attempt))
                 try:
                     lease = yield from self.acquire_steps(key, stored, terms, attempt, single=single, observed=observed)
@@ -210,13 +251,15 @@ class Acquirer:
                 self.keylocks.leave(stored)
                 raise
         except LockNotAcquired as busy:
-            self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited, name=terms.metrics_name)
+            if not quiet:
+                self.events.emit("busy", key=key, holder=busy.holder, waited=busy.waited, name=terms.metrics_name)
             raise
         except Exception as error:
-            if observe.OBSERVERS:
+            if observe.OBSERVERS and not quiet:  # a semaphore tells of its own acquire's failure
                 observe.tell_failed(self.options.alias, key, terms.metrics_name, monotonic() - started, error)
             raise
-        self.keeper.start(lease, waited=monotonic() - started)
+        lease.slot = slot
+        self.keeper.start(lease, waited=monotonic() - (started if began is None else began))
         return lease
 
     def acquire_steps(

@@ -42,9 +42,9 @@ class Breaker:
         self.keeper = keeper
         self.events = events
 
-    def break_(self, key: str, token: int | None, reason: str, by: str) -> bool:
-        """break_lease() after its arguments were checked."""
-        stored = self.options.prefixed(key)
+    def break_(self, key: str, token: int | None, reason: str, by: str, *, stored: str | None = None) -> bool:
+        """break_lease() after its arguments were checked; ``stored``: a semaphore's slot's item."""
+        stored = stored or self.options.prefixed(key)
         mark = uuid.uuid4().hex  # the rvn this break writes: how a retry recognises it
         broken: str | None = None  # the owner it took the key from, when the reply says
         old: Mapping[str, Any] | None = None  # the item as the break found it, when the reply says
@@ -91,7 +91,7 @@ class Breaker:
                         stored, "#owner = :broken", {":broken": {"S": broken}}, uuid.uuid4().hex, reason, by
                     ),
                 )
-        self.broken(key, token, reason, by, broken, old)
+        self.broken(key, token, reason, by, broken, old, stored=stored)
         return True
 
     def landed(self, stored: str, token: int | None, mark: str) -> bool | None:
@@ -115,10 +115,12 @@ class Breaker:
         by: str,
         broken: str | None,
         old: Mapping[str, Any] | None = None,
+        *,
+        stored: str | None = None,
     ) -> None:
         """After a break that was applied: log it (one line: who broke whose lease, and
         why), send ``broken``, tell our own holder."""
-        stored = self.options.prefixed(key)
+        stored = stored or self.options.prefixed(key)
         if old is not None and it.OWNER in old:
             info = it.LeaseInfo.from_item(
                 old, key_attribute=self.options.key_attribute, key_prefix=self.options.key_prefix

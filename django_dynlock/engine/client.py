@@ -26,7 +26,8 @@ from typing import Any, TypeVar
 
 from botocore.exceptions import BotoCoreError, ClientError
 
-from ..exceptions import ClientClosed, DynLockError, InvalidArgument, LockNotAcquired
+from ..exceptions import ClientClosed, DynLockError, InvalidArgument, InvalidKey, LockNotAcquired
+from . import items as it
 from . import requests as rq
 from .acquiring import Acquirer
 from .breaking import Breaker
@@ -40,9 +41,11 @@ from .heartbeat import Heartbeater
 from .holding import Keeper
 from .items import LeaseInfo
 from .keylocks import KeyLocks
+from .keys import MAX_KEY_BYTES, MAX_LIMIT, limit_key
 from .lease import Lease, LeaseGroup
 from .multikey import MAX_KEYS_PER_TRANSACTION, GroupAcquirer
 from .options import ClientOptions, check_seconds
+from .semaphore import SEMAPHORE_HOLDER_KEY, SemaphoreAcquirer, stored_limit
 from .stamps import Stamper
 from .steps import Steps, run, run_async
 from .store import Store
@@ -113,6 +116,14 @@ class LockClient:
         }
         self._acquirer = Acquirer(self.options, client=self, client_id=self.client_id, **parts)
         self._group = GroupAcquirer(self.options, client=self, acquirer=self._acquirer, **parts)
+        self._semaphores = SemaphoreAcquirer(
+            self.options,
+            acquirer=self._acquirer,
+            store=self._store,
+            waiting=self._waiting,
+            keeper=self._keeper,
+            events=self._events,
+        )
         self._breaker = Breaker(self.options, self._store, self.clock, self._keeper, self._events)
         self._handovers = Handovers(
             self.options,
@@ -201,6 +212,7 @@ class LockClient:
         wait: float | None = None,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        limit: int = 1,
         metrics_name: str | None = None,
     ) -> Lease:
         """Acquire ``key``, waiting up to ``wait`` seconds; raise LockNotAcquired if busy.
@@ -212,27 +224,62 @@ class LockClient:
             The heartbeat renews it while it is held.
         :param holder: metadata stored with the lease (a dict of strings, at most 4 KB),
             shown by ``get()``, ``leases()``, ``showlocks`` and the admin.
+        :param limit: how many may hold ``key`` at once (a semaphore, docs/semaphores.md;
+            at most 99): the lease holds one of its slots, ``lease.slot``. 1, the
+            default, is a lock.
         :param metrics_name: the ``name`` label of this acquisition's metrics and spans
             (``"export:{tenant_id}"``, say: the template the key was filled from). None:
             the key's prefix up to its first ``:``, or ``other``; never the key itself,
             so that one template makes one series (docs/observability.md).
         :raises LockNotAcquired: the key is still busy when ``wait`` runs out.
+        :raises SemaphoreConflict: the table stores another limit for ``key``.
         :raises BackendError: DynamoDB could not be asked (``retryable`` says whether
             later may help).
         """
+        return run(
+            self._acquisition(key, wait, lease, holder, limit, single=False, metrics_name=metrics_name), self._keylocks
+        )
+
+    def _acquisition(
+        self,
+        key: str,
+        wait: float | None,
+        lease: float | None,
+        holder: Mapping[str, Any] | None,
+        limit: int,
+        *,
+        single: bool,
+        metrics_name: str | None = None,
+    ) -> Steps[Lease]:
+        """The steps of one acquire of a lock (``limit`` 1) or a semaphore's slot, checked
+        before any request."""
         self._check_open()
         stored = self.options.prefixed(key)
         rq.holder_map(holder)  # refused before any request if too large
-        steps = self._acquirer.acquisition(
-            key,
-            stored,
-            self._wait_seconds(wait),
-            self._lease_seconds(lease),
-            holder,
-            single=False,
-            metrics_name=metrics_name,
+        wait_seconds = 0.0 if single else self._wait_seconds(wait)
+        lease_seconds = self._lease_seconds(lease)
+        if self._semaphore_limit(key, stored, limit) == 1:
+            return self._acquirer.acquisition(
+                key, stored, wait_seconds, lease_seconds, holder, single=single, metrics_name=metrics_name
+            )
+        # Says what its slot 0 holds (the key's own item, which a lock holds too), for
+        # showlocks and the admin to show the semaphore's holders together.
+        holder = {**(holder or {}), SEMAPHORE_HOLDER_KEY: str(limit)}
+        rq.holder_map(holder)
+        return self._semaphores.acquisition(
+            key, stored, limit, wait_seconds, lease_seconds, holder, single=single, metrics_name=metrics_name
         )
-        return run(steps, self._keylocks)
+
+    @staticmethod
+    def _semaphore_limit(key: str, stored: str, limit: object) -> int:
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_LIMIT:
+            raise InvalidArgument(f"limit must be an int from 1 to {MAX_LIMIT}, got {limit!r}")
+        if limit > 1 and len(limit_key(stored).encode("utf-8")) > MAX_KEY_BYTES:
+            raise InvalidKey(
+                f"semaphore key {key[:40]!r}... leaves no room for its slots' suffixes within DynamoDB's "
+                f"{MAX_KEY_BYTES} bytes: hash long keys (e.g. hashlib.sha256)"
+            )
+        return limit
 
     async def acquire_async(
         self,
@@ -241,22 +288,12 @@ class LockClient:
         wait: float | None = None,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        limit: int = 1,
         metrics_name: str | None = None,
     ) -> Lease:
         """``acquire()`` for a coroutine: it waits with ``asyncio.sleep`` and holds no thread
         while it does; each request runs on this client's own bounded thread pool."""
-        self._check_open()
-        stored = self.options.prefixed(key)
-        rq.holder_map(holder)
-        steps = self._acquirer.acquisition(
-            key,
-            stored,
-            self._wait_seconds(wait),
-            self._lease_seconds(lease),
-            holder,
-            single=False,
-            metrics_name=metrics_name,
-        )
+        steps = self._acquisition(key, wait, lease, holder, limit, single=False, metrics_name=metrics_name)
         return await run_async(steps, self._executors, self._keylocks)
 
     async def run_for_holder(self, function: Callable[..., T], *args: Any) -> T:
@@ -272,6 +309,7 @@ class LockClient:
         *,
         lease: float | None = None,
         holder: Mapping[str, Any] | None = None,
+        limit: int = 1,
         metrics_name: str | None = None,
         **kwargs: Any,
     ) -> Lease | None:
@@ -280,17 +318,41 @@ class LockClient:
         A crashed holder's lease whose expiry has passed is taken over. A client's very
         first attempt on a busy key may be followed at once by a second write, once the
         first reply has told it DynamoDB's clock. ``wait=`` is refused (InvalidArgument).
+        With ``limit`` (a semaphore), one look at its slots and one write to a free one.
         """
+        self._try_arguments(kwargs)
+        try:
+            return run(
+                self._acquisition(key, None, lease, holder, limit, single=True, metrics_name=metrics_name),
+                self._keylocks,
+            )
+        except LockNotAcquired:
+            return None
+
+    async def try_acquire_async(
+        self,
+        key: str,
+        *,
+        lease: float | None = None,
+        holder: Mapping[str, Any] | None = None,
+        limit: int = 1,
+        metrics_name: str | None = None,
+        **kwargs: Any,
+    ) -> Lease | None:
+        """``try_acquire()`` for a coroutine."""
+        self._try_arguments(kwargs)
+        steps = self._acquisition(key, None, lease, holder, limit, single=True, metrics_name=metrics_name)
+        try:
+            return await run_async(steps, self._executors, self._keylocks)
+        except LockNotAcquired:
+            return None
+
+    @staticmethod
+    def _try_arguments(kwargs: Mapping[str, Any]) -> None:
         if "wait" in kwargs:
             raise InvalidArgument("try_acquire() makes exactly one attempt and takes no wait=; use acquire(wait=...)")
         if kwargs:
             raise InvalidArgument(f"try_acquire() got unexpected arguments: {', '.join(sorted(kwargs))}")
-        try:
-            return run(
-                self.try_acquire_steps(key, lease=lease, holder=holder, metrics_name=metrics_name), self._keylocks
-            )
-        except LockNotAcquired:
-            return None
 
     def try_acquire_steps(
         self,
@@ -304,12 +366,7 @@ class LockClient:
         whose own loop is steps too (an election's campaign): it returns the Lease, or
         raises LockNotAcquired (``holder``: what the refusal showed) when the key is busy.
         Drive it with :meth:`run_steps` or :meth:`run_steps_async`, or ``yield from`` it."""
-        self._check_open()
-        stored = self.options.prefixed(key)
-        rq.holder_map(holder)  # refused before any request if too large
-        return self._acquirer.acquisition(
-            key, stored, 0.0, self._lease_seconds(lease), holder, single=True, metrics_name=metrics_name
-        )
+        return self._acquisition(key, None, lease, holder, 1, single=True, metrics_name=metrics_name)
 
     def run_steps(self, steps: Steps[T]) -> T:
         """Drive ``steps`` on this thread, with this client's in-process gate (``steps.run``)."""
@@ -441,6 +498,28 @@ class LockClient:
         info = self._info(self._store.get_item(self.options.prefixed(key)))
         return info if info is not None and (include_released or info.is_held) else None
 
+    def holders(self, key: str) -> list[LeaseInfo]:
+        """The holders of a semaphore's (or a lock's) slots that name one, by slot: two
+        consistent reads (the stored limit, then the slots). A crashed holder is listed
+        until its slot is taken over or broken, as by ``get()``."""
+        self._check_open()
+        return self._semaphores.holders(self.options.prefixed(key))[1]
+
+    def semaphore_limit(self, key: str) -> int | None:
+        """The limit stored for ``key`` (None: none is, ``key`` is a lock): one consistent read."""
+        self._check_open()
+        return stored_limit(self._store.get_item(limit_key(self.options.prefixed(key))))
+
+    def set_limit(self, key: str, limit: int) -> int | None:
+        """Change the limit stored for ``key`` (the operator's, ``manage.py setlocklimit KEY N``):
+        one write; returns the old limit. Processes that ask for another then raise
+        SemaphoreConflict; holders in slots past a lowered limit keep them until they
+        release, so during a change as many as the larger of the two limits hold ``key``."""
+        self._check_open()
+        stored = self.options.prefixed(key)
+        self._semaphore_limit(key, stored, limit)
+        return self._semaphores.set_limit(stored, limit)
+
     def leases(
         self, prefix: str = "", *, include_released: bool = False, page_size: int | None = None
     ) -> Iterator[LeaseInfo]:
@@ -467,11 +546,16 @@ class LockClient:
         self._check_open()
         params = rq.scan(self.options, prefix, include_released=include_released, start=start, limit=limit)
         reply = self._store.call("scan", "list locks", **params)
-        page = [info for info in map(self._info, reply.get("Items", [])) if info is not None]
+        # A semaphore's limit item is no lease: semaphore_limit() reads it.
+        items = [i for i in reply.get("Items", []) if it.LIMIT not in i or it.FENCE in i]
+        page = [info for info in map(self._info, items) if info is not None]
         return page, reply.get("LastEvaluatedKey")
 
     def break_lease(self, key: str, *, token: int | None = None, reason: str = "", by: str = "operator") -> bool:
         """Force-release ``key``: only if it still has ``token`` when one is given. True if broken.
+
+        A semaphore's holder is broken by its token (``holders()`` lists them); without
+        one, the key's own item (its slot 0) is.
 
         Raises BreakUnconfirmed when every reply was lost and a read cannot tell
         whether the break landed; ``confirm_break`` tells later.
@@ -479,7 +563,14 @@ class LockClient:
         self._check_open()
         if token is not None and (isinstance(token, bool) or not isinstance(token, int)):
             raise InvalidArgument(f"token must be an int fencing token, got {token!r}")
-        return self._breaker.break_(key, token, reason, by)
+        broke = self._breaker.break_(key, token, reason, by)
+        if broke or token is None:
+            return broke
+        # Not the key's own item's token: a semaphore's holder in another slot, if any.
+        for info in self._semaphores.holders(self.options.prefixed(key))[1]:
+            if info.token == token and info.slot:
+                return self._breaker.break_(key, token, reason, by, stored=info.stored_key)
+        return False
 
     def confirm_break(
         self, key: str, *, token: int | None, mark: str, reason: str = "", by: str = "operator"

@@ -95,6 +95,28 @@ HOLDER_VALUE_BYTES = 1024
 HOLDER_BYTES = 4096
 
 
+# Separates a semaphore's key from its slot number (slot 1 and up) or from ``limit`` in
+# the stored keys of its items. U+FFFF is a Unicode noncharacter, "permanently reserved
+# for internal use": no lock key may contain it, so no lock key is ever stored as a
+# semaphore's slot or limit item, whatever the keys and prefixes (docs/semaphores.md).
+SLOT_MARK = "\uffff"
+LIMIT_SUFFIX = "limit"
+# The limit item's one attribute of ours: the semaphore's limit (a Number).
+LIMIT = "limit"
+# The limit before an operator's last change (``LockClient.set_limit``).
+PREVIOUS_LIMIT = "previous"
+
+
+def split_stored(stored: str) -> tuple[str, int | None, bool]:
+    """(the semaphore's or lock's stored key, its slot number if a slot of 1 and up, is the limit item)."""
+    base, mark, suffix = stored.partition(SLOT_MARK)
+    if not mark:
+        return stored, None, False
+    if suffix == LIMIT_SUFFIX:
+        return base, None, True
+    return base, int(suffix) if suffix.isdigit() else None, False
+
+
 def unprefix(prefix: str, stored: str) -> str:
     """A stored key as it was given: without the alias' ``KEY_PREFIX``."""
     return stored[len(prefix) :] if prefix and stored.startswith(prefix) else stored
@@ -219,6 +241,9 @@ class LeaseInfo:
     # What could not be read: an item another application wrote, or one edited by hand.
     # Such an item is shown, never broken (its token, if any, cannot be trusted).
     problems: tuple[str, ...] = ()
+    # A semaphore holder's slot (``LockClient.holders``; a listing names slots 1 and up,
+    # and slot 0 is the key's own item, which looks like a lock there); None for a lock.
+    slot: int | None = None
 
     @property
     def is_malformed(self) -> bool:
@@ -276,8 +301,10 @@ class LeaseInfo:
         stored = read.string(key_attribute) or ""
         if not any(name in item for name in _OURS):
             read.problems.insert(0, f"not written by django-dynlock (it has no {FENCE} or {RVN} attribute)")
+        base, slot, _ = split_stored(stored)
         return cls(
-            key=unprefix(key_prefix, stored),
+            key=unprefix(key_prefix, base),
+            slot=slot,
             stored_key=stored,
             token=read.whole(FENCE),
             owner=read.string(OWNER),

@@ -3,9 +3,25 @@
 from __future__ import annotations
 
 from ..exceptions import InvalidKey
+from .items import LIMIT_SUFFIX, SLOT_MARK
 
 # DynamoDB's limit for a partition key value.
 MAX_KEY_BYTES = 2048
+
+# BatchGetItem reads at most 100 keys: one look reads every slot and the limit item.
+MAX_LIMIT = 99
+
+
+def slot_key(stored: str, slot: int) -> str:
+    """The stored key of a semaphore's slot: slot 0 is the key's own item, the item a
+    lock of the same key holds (so ``limit=1`` is that lock, and a lock holder counts
+    as one of the semaphore's holders)."""
+    return stored if slot == 0 else f"{stored}{SLOT_MARK}{slot}"
+
+
+def limit_key(stored: str) -> str:
+    """The stored key of the item that stores a semaphore's limit."""
+    return f"{stored}{SLOT_MARK}{LIMIT_SUFFIX}"
 
 
 def validate_key(prefix: str, key: object) -> str:
@@ -14,6 +30,11 @@ def validate_key(prefix: str, key: object) -> str:
         raise InvalidKey(f"a lock key must be a str, got {type(key).__name__}: {key!r}")
     if not key:
         raise InvalidKey("a lock key must not be empty")
+    if SLOT_MARK in key:
+        raise InvalidKey(
+            f"lock key {key[:40]!r} contains U+FFFF, which marks a semaphore's slot items in the table: "
+            "use another character"
+        )
     stored = prefix + key
     try:
         size = len(stored.encode("utf-8"))

@@ -160,6 +160,8 @@ class Lease(_ReleasedOnExit):
         #: The ``name`` label of its metrics and spans: the key template, ``metrics_name=``,
         #: or the key's prefix (docs/observability.md). Never the key itself.
         self.metrics_name = metrics_name_of(key, metrics_name)
+        #: A semaphore's slot this lease holds (0 to its limit - 1); 0 for a lock.
+        self.slot = 0
         self.acquired_monotonic = sent_at
         self.lease_seconds = lease_seconds
         #: The lock client's side of this lease (not for holders): see :class:`Upkeep`.

@@ -366,6 +366,27 @@ def release(
     return request
 
 
+def set_limit(options: ClientOptions, stored: str, limit: int, *, force: bool = False) -> Request:
+    """Store a semaphore's limit in its limit item: unless another is stored, or (``force``,
+    the operator's change) whatever is. The item has no TTL attribute: it outlives idle
+    slots, so that a process with another limit is refused however long the key idled."""
+    request: Request = {
+        "Key": key(options, stored),
+        "UpdateExpression": "SET #limit = :n",
+        "ExpressionAttributeNames": names(it.LIMIT),
+        "ExpressionAttributeValues": {":n": it.num(limit)},
+    }
+    if force:
+        # The limit before: holders() reads its slots too, where holders past a lowered
+        # limit stay until they release.
+        request["UpdateExpression"] = "SET #previous = if_not_exists(#limit, :n), #limit = :n"
+        request["ExpressionAttributeNames"] = names(it.LIMIT, it.PREVIOUS_LIMIT)
+    else:
+        request["ConditionExpression"] = "attribute_not_exists(#limit) OR #limit = :n"
+        request["ReturnValuesOnConditionCheckFailure"] = "ALL_OLD"
+    return request
+
+
 def break_condition(token: int | None) -> tuple[str, dict[str, Any]]:
     """An operator's break: a held key, or a free one that a waiter has reserved (it
     may have died); with ``token``, only while the lease still has it."""

@@ -378,6 +378,30 @@ class WaitPolicy:
         delay *= 2 ** min(throttled, THROTTLE_DOUBLINGS)
         return self._until_takeover(delay, seen, now, give_up_at)
 
+    def semaphore_delay(
+        self,
+        *,
+        tries: int,
+        took: float,
+        error: DynLockError | None,
+        seen: list[tuple[Mapping[str, Any] | None, Watch | None]],
+        now: float,
+        give_up_at: float,
+        reserved: bool,
+    ) -> float:
+        """How long a waiter for a full semaphore sleeps before its next look: as for one
+        key, after the slot held the shortest (the likeliest to free first), and never
+        past the first slot's takeover. The waiter with a slot's next turn polls as a
+        lock's does; one that finds every slot's next turn claimed, as slowly as a lock's."""
+        hold = min((self.hold_delay(watch, now) for _, watch in seen if watch is not None), default=0.0)
+        if reserved:
+            delay = max(backoff(self.options, 0), hold)
+        else:
+            delay = max(backoff(self.options, tries), self.busy_server_delay(took, error), hold)
+            if seen and all(item and it.RESERVED_BY in item for item, _ in seen):
+                delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
+        return self._until_takeover(delay, seen, now, give_up_at)
+
     def _until_takeover(
         self,
         delay: float,

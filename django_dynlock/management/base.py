@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 
 from .. import conf
 from ..engine.client import LockClient
+from ..engine.keys import MAX_LIMIT
 from ..exceptions import ConfigurationError, DynLockError, InvalidArgument, InvalidKey
 from ..registry import get_lock_client
 
@@ -87,6 +88,16 @@ def positive_int(text: str) -> int:
         raise argparse.ArgumentTypeError(_("expected a whole number, got %(text)r") % {"text": text}) from None
     if value < 1:
         raise argparse.ArgumentTypeError(_("expected a whole number >= 1, got %(text)r") % {"text": text})
+    return value
+
+
+def semaphore_limit(text: str) -> int:
+    """argparse type: a semaphore's limit, 1-99 (what one BatchGetItem can read)."""
+    value = positive_int(text)
+    if value > MAX_LIMIT:
+        raise argparse.ArgumentTypeError(
+            _("expected a limit of 1-%(most)s, got %(text)r") % {"most": MAX_LIMIT, "text": text}
+        )
     return value
 
 

@@ -16,6 +16,7 @@ from django.utils.translation import gettext, gettext_lazy
 from ..engine.client import LockClient
 from ..engine.election import ELECTION_HOLDER_KEY, KEY_PREFIX
 from ..engine.items import BREAK_PREFIX, USER_KEY, LeaseInfo
+from ..engine.semaphore import SEMAPHORE_HOLDER_KEY
 from ..engine.text import printable
 
 # Django ships no type hints: gettext is typed here, so that what it returns is a str.
@@ -153,6 +154,18 @@ def election(info: LeaseInfo) -> str | None:
     return name if name and info.key == KEY_PREFIX + name else None
 
 
+def semaphore(info: LeaseInfo) -> int | None:
+    """The limit of the semaphore whose holder ``info`` is (its holder metadata says),
+    or None for a lock's holder."""
+    value = info.holder.get(SEMAPHORE_HOLDER_KEY, "")
+    return int(value) if value.isdigit() else None
+
+
+def slot(info: LeaseInfo) -> int | None:
+    """A semaphore holder's slot (slot 0 is the key's own item, which names none)."""
+    return None if semaphore(info) is None else info.slot or 0
+
+
 def term_age(info: LeaseInfo, now: dt.datetime) -> float | None:
     """Seconds since an election's term began (renewals keep ``acquired_at``), while the
     term is held; None for a plain lease or a term that has ended."""
@@ -179,6 +192,8 @@ def metadata(info: LeaseInfo) -> list[tuple[str, str]]:
     shown = {info.what_key(), USER_KEY}
     if election(info) is not None:
         shown.add(ELECTION_HOLDER_KEY)
+    if semaphore(info) is not None:
+        shown.add(SEMAPHORE_HOLDER_KEY)
     return [(k, v) for k, v in sorted(info.holder.items()) if k not in shown]
 
 
@@ -219,6 +234,8 @@ def record(info: LeaseInfo, now: dt.datetime) -> dict[str, Any]:
         "reserved_by": info.reserved_by,
         "problems": list(info.problems),
         "election": election(info),
+        "semaphore": semaphore(info),
+        "slot": slot(info),
         "term_age": round(age, 3) if (age := term_age(info, now)) is not None else None,
     }
 

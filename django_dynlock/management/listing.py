@@ -49,6 +49,8 @@ CSV_FIELDS = (
     "problems",
     "election",
     "term_age",
+    "semaphore",
+    "slot",
 )
 
 
@@ -72,6 +74,36 @@ def visible(infos: Iterable[LeaseInfo], now: dt.datetime, show_all: bool, counts
             continue
         counts.written += 1
         yield info
+
+
+@dataclass(frozen=True)
+class Semaphore:
+    """A semaphore's holders, shown together: ``export:acme 3/5`` and a row for each."""
+
+    key: str
+    limit: int | None
+    holders: list[LeaseInfo]
+
+    def title(self) -> str:
+        return f"{self.key} {len(self.holders)}/{self.limit if self.limit is not None else '?'}"
+
+
+def grouped(infos: Iterable[LeaseInfo], limit_of: Callable[[str], int | None]) -> Iterator[LeaseInfo | Semaphore]:
+    """The leases, but a semaphore's holders as one Semaphore after all the rest.
+
+    A Scan returns a semaphore's slots anywhere among its pages: its holders are kept
+    until the end (only theirs: the rest streams as before). ``limit_of(key)`` reads
+    the limit stored for a semaphore's key (one read each)."""
+    groups: dict[str, list[LeaseInfo]] = {}
+    for info in infos:
+        if fmt.semaphore(info) is None:
+            yield info
+        else:
+            groups.setdefault(info.key, []).append(info)
+    for key in sorted(groups):
+        holders = sorted(groups[key], key=lambda info: fmt.slot(info) or 0)
+        limit = limit_of(key)
+        yield Semaphore(key, limit if limit is not None else fmt.semaphore(holders[0]), holders)
 
 
 def write_json(infos: Iterable[LeaseInfo], now: dt.datetime, out: Writer) -> None:
@@ -112,8 +144,18 @@ def write_csv(infos: Iterable[LeaseInfo], now: dt.datetime, out: Writer) -> None
         writer.writerow({k: csv_cell(row[k]) for k in CSV_FIELDS})
 
 
-def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
-    cells = [info.key]
+def table_rows(row: LeaseInfo | Semaphore, now: dt.datetime, show_state: bool) -> list[list[str]]:
+    """A lease's row; a semaphore's title row and its holders' rows, by slot, beneath it."""
+    if isinstance(row, LeaseInfo):
+        return [table_row(row, now, show_state)]
+    blank = [""] * (6 if show_state else 5)
+    return [[printable(row.title()), *blank]] + [
+        table_row(info, now, show_state, key=f"  #{fmt.slot(info)}") for info in row.holders
+    ]
+
+
+def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool, *, key: str | None = None) -> list[str]:
+    cells = [info.key if key is None else key]
     if show_state:
         cells.append(fmt.state_text(info, now))
     cells += [
@@ -127,7 +169,7 @@ def table_row(info: LeaseInfo, now: dt.datetime, show_state: bool) -> list[str]:
 
 
 def write_table(
-    infos: Iterable[LeaseInfo],
+    infos: Iterable[LeaseInfo | Semaphore],
     now: dt.datetime,
     out: Writer,
     *,
@@ -135,7 +177,7 @@ def write_table(
     header_style: Callable[[str], str] = str,
 ) -> None:
     header = ["KEY"] + (["STATE"] if show_state else []) + ["TOKEN", "HOLDER", "ACQUIRED", "EXPIRES", "METADATA"]
-    rows = (table_row(info, now, show_state) for info in infos)
+    rows = (cells for row in infos for cells in table_rows(row, now, show_state))
     sample = list(itertools.islice(rows, WIDTH_SAMPLE))
     if not sample:
         return

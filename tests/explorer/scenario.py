@@ -36,7 +36,7 @@ from unittest import mock
 
 from botocore.exceptions import ClientError
 
-from django_dynlock.engine import acquiring, breaking, holding, multikey, stamps, steps, store, waiting
+from django_dynlock.engine import acquiring, breaking, holding, multikey, semaphore, stamps, steps, store, waiting
 from django_dynlock.engine import client as client_module
 from django_dynlock.engine import clock as clock_module
 from django_dynlock.engine import heartbeat as heartbeat_module
@@ -58,7 +58,7 @@ EPSILON = 1e-6
 _tables = itertools.count(1)
 
 # The modules the lock client is built from: their clocks, ids and jitter are the world's.
-CLIENT_MODULES = (client_module, stamps, holding, acquiring, multikey, breaking, steps, store, waiting)
+CLIENT_MODULES = (client_module, stamps, holding, acquiring, multikey, semaphore, breaking, steps, store, waiting)
 
 
 class Violation(AssertionError):
@@ -350,6 +350,8 @@ SERVERS = {
 class Scenario:
     """One schedule: drawn from ``choices``, run against ``store`` (a moto boto3 client)."""
 
+    operations = 10  # a schedule draws 1 to this many operations
+
     def __init__(self, choices: Choices, store: Any):
         c = self.choices = choices
         self.server = c.one_of(list(SERVERS))
@@ -422,7 +424,7 @@ class Scenario:
             for actor in [*self.actors, self.operator]:
                 self._client(actor)
             at = world.now
-            for _ in range(1 + c.pick(10)):
+            for _ in range(1 + c.pick(self.operations)):
                 at += c.one_of([0.0, 0.1, 0.5, self.lease / 2, self.lease, 2 * self.lease])
                 actor = c.one_of(self.actors)
                 operation, exclusive = self._draw_operation(actor)

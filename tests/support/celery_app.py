@@ -230,6 +230,13 @@ def once_victim(self, name: str, folder: str) -> None:
 
 
 @app.task(bind=True, max_retries=1)
+@dynamo_lock("limited:{name}", limit=2, on_busy="retry")
+def limited_retry(self, name: str) -> int:
+    """At most two at a time per name (a semaphore); a third is retried once, then fails."""
+    return dynamo_lock.current().slot
+
+
+@app.task(bind=True, max_retries=1)
 @dynamo_lock("retry-once:{name}", on_busy="retry")
 def retry_once(self, name: str) -> str:
     """Retried once when busy; then fails with the LockNotAcquired."""

@@ -57,7 +57,10 @@ class Command(DynLockCommand):
             type=int,
             default=None,
             metavar="N",
-            help=_("Break only if the lease still has this fencing token (one KEY only)."),
+            help=_(
+                "Break only if the lease still has this fencing token (one KEY only); of a semaphore, "
+                "the holder with this token."
+            ),
         )
         parser.add_argument(
             "--reason",
@@ -107,6 +110,9 @@ class Command(DynLockCommand):
         self, client: LockClient, key: str, token: int | None, reason: str, by: str, interactive: bool
     ) -> bool:
         info = fmt.breakable(client, key)
+        if token is not None and (info is None or info.token != token):
+            # A semaphore's holder in another slot than the key's own item (docs/semaphores.md).
+            info = next((h for h in client.holders(key) if h.token == token), info)
         if info is None:
             self.not_broken(key, _("not found: no live lease or reservation on this key"))
             return False

@@ -21,7 +21,7 @@ from django.utils.translation import gettext_lazy
 from ...engine.lease import Lease
 from ...singleton import run_singleton
 from ...standby import run_standby
-from ..base import DynLockCommand, exit_code, positive_seconds, seconds, usage_error
+from ..base import DynLockCommand, exit_code, positive_seconds, seconds, semaphore_limit, usage_error
 
 SEPARATOR = "--"
 
@@ -119,6 +119,16 @@ class Command(DynLockCommand):
             help=_("Exit code when the lock is busy. Default: 0 (skipping is not a failure)."),
         )
         parser.add_argument(
+            "--limit",
+            type=semaphore_limit,
+            default=None,
+            metavar="N",
+            help=_(
+                "Let N runs hold KEY at once, as consul lock -n does (a semaphore; the same N on every host). "
+                "Default: 1."
+            ),
+        )
+        parser.add_argument(
             "--standby",
             action="store_true",
             help=_(
@@ -184,6 +194,7 @@ class Command(DynLockCommand):
             busy_exit=options["busy_exit"] or 0,
             using=options["alias"],
             verbosity=options["verbosity"],
+            limit=options["limit"] or 1,
         )
 
     def check_modes(self, options: dict[str, Any]) -> None:
@@ -196,7 +207,12 @@ class Command(DynLockCommand):
         # A standby waits without limit and runs for as long as it leads: one-shot options mean nothing.
         one_shot = [
             flag
-            for flag, dest in (("--wait", "wait"), ("--busy-exit", "busy_exit"), ("--at-least", "at_least"))
+            for flag, dest in (
+                ("--wait", "wait"),
+                ("--busy-exit", "busy_exit"),
+                ("--at-least", "at_least"),
+                ("--limit", "limit"),
+            )
             if options[dest] is not None
         ]
         if one_shot:

@@ -126,7 +126,7 @@ class Command(DynLockCommand):
                 listing.write_csv(infos, now, out)
             else:
                 listing.write_table(
-                    infos,
+                    listing.grouped(infos, client.semaphore_limit),
                     now,
                     out,
                     show_state=show_all,
