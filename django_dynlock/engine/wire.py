@@ -18,8 +18,9 @@ Everything that decides what the request is stays boto3's and botocore's:
 - The request goes through the client's own ``URLLib3Session``: its connection pool,
   proxies, TLS verification and CA bundle, timeouts, and its mapping of transport
   failures to botocore's exceptions.
-- The client's events are emitted as botocore emits them (``before-parameter-build``,
-  ``before-call``, ``before-send``, ``after-call``), so botocore's own handlers (the
+- The client's events are emitted as botocore emits them (``provide-client-params``,
+  ``before-parameter-build``, ``before-call``, ``before-send``, ``after-call``), so
+  botocore's own handlers (the
   idempotency token of a transaction, the recursion-detection header) and the user's
   (counting calls, tracing, a stub answering ``before-send``) still see each request.
 - An error reply (status 300 or more) is parsed by the client's own parser and raised
@@ -223,6 +224,12 @@ class Wire:
         events = self._events
         meta = self._client.meta
         context: dict[str, Any] = {"client_region": meta.region_name, "client_config": meta.config}
+        # A handler may change the parameters or give others (ReturnConsumedCapacity, say),
+        # as through boto3 (BaseClient._emit_api_params).
+        responses = events.emit(
+            f"provide-client-params.{self._sid}.{name}", params=params, model=model, context=context
+        )
+        params = first_non_none_response(responses, default=params)
         # botocore's own handlers fill in what the caller left out (a transaction's idempotency token).
         events.emit(f"before-parameter-build.{self._sid}.{name}", params=params, model=model, context=context)
         body = json.dumps(params).encode("utf-8")
