@@ -188,11 +188,13 @@ def pytest_collection_modifyitems(config, items):
         items[:] = keep
 
 
-# Seconds the longest tests took (one process, -n 0, at load 3-9 on the shared 2-core
-# machine, 2026-11-28), by test function, whatever its parameters: xdist's workers take
-# tests in the order collected, so they go first, longest first. A long test taken late
-# runs on while the other workers have run out of tests (the 60 s wait did, for 44 s).
-# Other slow-marked tests count as SLOW_UNLISTED seconds, the rest as none.
+# Seconds the longest tests took (5 s or more; one process, -n 0, at load 3-11 on the
+# shared 2-core machine, 2026-11-28), by test function, its slowest parameters: xdist's
+# workers take tests in the order collected, so these go first, longest first. A long test
+# taken late runs on while the other workers have run out of tests (the 60 s wait did, for
+# 44 s; test_waiting.py, collected last, has two of 12 s). The background and shared-setup
+# groups are not listed: each runs as one unit. Other slow-marked tests count as
+# SLOW_UNLISTED seconds, the rest as none.
 LONGEST_TESTS = {
     "tests/test_partition_priority.py::test_a_live_holder_keeps_its_lease_while_its_waiters_drain_the_partition": 48,
     "tests/test_election.py::test_never_two_leaders_through_faults_and_a_cut_link_to_the_leader": 46,
@@ -205,21 +207,50 @@ LONGEST_TESTS = {
     "tests/test_demo.py::test_ctrl_c_stops_the_demo_and_exits_0": 17,
     "tests/reliability/test_holders.py::test_an_outage_during_leases_ends_them_before_they_run_out_and_hands_out_none": 17,
     "tests/test_admin_browser.py::test_a_demo_run_shows_its_lock_on_the_page_and_in_the_refreshing_admin_list": 16,
+    "tests/commands/test_from_a_shell.py::test_subprocess_runlocked_exit_codes": 16,
+    "tests/commands/test_from_a_shell.py::test_subprocess_errors": 16,
     "tests/test_admin_browser.py::test_auto_refresh_keeps_the_operators_selection_and_can_be_turned_off": 15,
+    "tests/commands/test_from_a_shell.py::test_from_a_shell_a_broken_dynlock_setting_exits_2_in_every_command": 15,
     "tests/test_exclusion.py::test_processes_never_overlap_and_lose_no_update": 15,
+    "tests/commands/test_from_a_shell.py::test_subprocess_createlocktable_and_showlocks": 14,
+    "tests/commands/test_standby.py::test_the_childs_exit_code_passes_through_and_the_term_is_resigned": 14,
     "tests/test_admin_browser.py::test_break_a_lease_held_by_another_process": 13,
     "tests/test_forgotten_watches.py::test_a_client_trying_more_keys_than_it_remembers_takes_over_every_dead_holder": 13,
     "tests/test_gunicorn.py::test_a_killed_workers_key_is_free_for_the_next_request_within_lease_plus_3s": 13,
     "tests/test_takeover.py::test_a_process_retrying_every_200ms_takes_over_a_killed_holder": 12,
+    "tests/test_waiting.py::test_throttled_waiters_back_off": 12,
     "tests/test_fencing.py::test_decorated_code_never_runs_concurrently_across_processes": 12,
+    "tests/test_waiting.py::test_one_wait_past_1100_polls_acquires": 12,
     "tests/commands/test_standby.py::test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts": 12,
     "tests/test_engine_logging.py::test_the_takeover_of_a_killed_holder_is_one_info_line": 11,
     "tests/test_missing_date.py::test_a_dateless_holder_with_a_slow_wall_clock_is_taken_over_only_once_dead": 11,
+    "tests/commands/test_runlocked.py::test_runlocked_at_least_keeps_the_lock": 11,
     "tests/commands/test_standby.py::test_the_limit_a_paused_runlocked_cannot_stop_its_child_until_it_wakes": 11,
     "tests/test_exclusion.py::test_paused_holder_knows_it_lost_before_it_could_write": 9,
     "tests/test_takeover.py::test_fresh_one_shot_processes_take_over_a_killed_holder": 9,
+    "tests/test_celery_beat.py::test_a_term_that_times_out_never_ends_beat_and_it_leads_again_after": 9,
+    "tests/test_fitted_options.py::test_a_9_s_lease_whose_renewals_hang_is_at_risk_before_it_is_lost": 9,
+    "tests/test_admin_browser.py::test_an_elections_badge_keeps_the_list_within_the_window": 9,
+    "tests/commands/test_from_a_shell.py::test_subprocess_breaklock_exit_codes": 8,
+    "tests/test_admin_browser.py::test_the_lease_pages_are_laid_out_like_djangos_own": 8,
     "tests/test_clock_outliers.py::test_a_holder_that_saw_one_backward_dated_reply_and_lost_its_link": 8,
     "tests/commands/test_standby.py::test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over": 8,
+    "tests/reliability/test_holders.py::test_a_killed_holder_is_taken_over_within_a_lease_and_nothing_overlaps": 8,
+    "tests/commands/test_standby.py::test_bad_combinations_exit_2_from_a_shell": 8,
+    "tests/reliability/test_restart.py::test_after_a_restart_the_holder_loses_its_lease_before_anyone_else_can_hold_it": 8,
+    "tests/reliability/test_restart.py::test_a_table_recreated_while_the_holder_trusts_its_lease_lets_a_second_holder_in_but_fencing_still_holds": 8,
+    "tests/test_engine.py::test_heartbeats_keep_a_lease_past_its_duration": 8,
+    "tests/commands/test_standby.py::test_sigkill_after_grace_for_a_child_that_ignores_sigterm": 7,
+    "tests/test_fence_base.py::test_a_slow_fresh_process_continues_the_tokens_after_the_item_was_deleted": 7,
+    "tests/test_handover.py::test_a_handed_over_lease_is_continued_by_its_adopter": 7,
+    "tests/test_uvicorn.py::test_dynamodb_in_trouble_makes_an_async_view_answer_503_with_retry_after": 7,
+    "tests/reliability/test_holders.py::test_a_stopped_holder_resumes_knowing_it_lost_and_does_not_write": 7,
+    "tests/test_adopt_clock.py::test_a_fresh_process_adopts_by_dynamodbs_clock": 6,
+    "tests/test_clock_outliers.py::test_a_taker_that_saw_one_forward_dated_reply_while_the_holder_was_cut_off": 6,
+    "tests/test_election.py::test_campaign_wait_zero_keeps_the_standby_cadence": 6,
+    "tests/commands/test_from_a_shell.py::test_subprocess_breaklock_asks_on_a_terminal": 6,
+    "tests/commands/test_showlocks.py::test_showlocks_tells_a_lease_kept_by_at_least_from_a_crashed_holders": 5,
+    "tests/commands/test_standby.py::test_kill_9_of_runlocked_takes_its_child": 5,
 }
 SLOW_UNLISTED = 5.0
 
