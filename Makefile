@@ -43,7 +43,9 @@ unexport PYTHONDONTWRITEBYTECODE
 VENV := .venv
 # Most of the suite waits (for leases to run out, for servers, for child processes), so
 # more workers than the 2 cores it was measured on (docs/testing.md); each has its own servers.
-TEST_WORKERS ?= 5
+# 6: two of them take the background tests at low priority (tests/conftest.py), so four run
+# the others, as on 5 workers with one background queue.
+TEST_WORKERS ?= 6
 XDIST = $(if $(filter 0,$(TEST_WORKERS)),,-n $(TEST_WORKERS) --dist loadgroup)
 PY_DEPS := setup.cfg pyproject.toml
 DYNALITE := node_modules/.bin/dynalite
