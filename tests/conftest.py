@@ -117,7 +117,8 @@ LOCAL_SERVER_FIXTURES = {"dynamodb_local_server", "moto_server", "dynalite_serve
 #   server, the mixed-fault run of one server): each such set goes to one worker, so the
 #   fixture is set up once, as in a run without workers;
 # - the background tests (CPU-bound, in virtual time or without timing: the explorer, the
-#   built wheel, 100,000 leases listed): one after another on one worker, at low priority.
+#   built wheel, 100,000 leases listed): one after another on each of two workers, at low
+#   priority (BACKGROUND_SUBPROCESSES).
 SHARED_SETUP_MODULES = {
     "tests.test_celery",
     "tests.test_postgresql",
@@ -125,9 +126,17 @@ SHARED_SETUP_MODULES = {
 }
 
 
+# The background tests whose work is in child processes (a build, pip, a pytest run) run on
+# a second worker beside the in-process ones (the explorer, the 100,000-lease listings): at
+# low priority both wait for whatever CPU the other workers leave, and one queue of all of
+# them (about 100 s of CPU and 50 s of waiting for child processes alone, 277 s of wall
+# time at load 8) was left to finish alone, on one core, after the other workers were done.
+BACKGROUND_SUBPROCESSES = {"tests.test_package", "tests.test_endpoint_mode"}
+
+
 def xdist_group(item) -> str | None:
     if item.get_closest_marker("background"):
-        return "background"
+        return "background:subprocesses" if item.module.__name__ in BACKGROUND_SUBPROCESSES else "background"
     module = item.module.__name__
     if module not in SHARED_SETUP_MODULES:
         return None
@@ -158,18 +167,13 @@ def pytest_runtest_call(item):
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the marks
 def pytest_collection_modifyitems(config, items):
-    """Shared-setup groups for xdist, and the slow tests first; with DYNLOCK_TEST_ENDPOINT,
-    the tests on ``server`` and nothing that starts a local server; against https (AWS),
-    nothing behind the fault proxy, which speaks http only."""
+    """Shared-setup groups for xdist; with DYNLOCK_TEST_ENDPOINT, the tests on ``server``
+    and nothing that starts a local server; against https (AWS), nothing behind the fault
+    proxy, which speaks http only."""
     for item in items:
         group = xdist_group(item)
         if group:
             item.add_marker(pytest.mark.xdist_group(group))
-    if os.environ.get("PYTEST_XDIST_WORKER"):
-        # Workers take tests in this order: a long test taken last (the 60 s wait was) runs
-        # alone at the end while the other workers idle. A stable sort keeps the rest as
-        # collected, the same on every worker, as xdist requires.
-        items.sort(key=lambda item: item.get_closest_marker("slow") is None)
     if not TEST_ENDPOINT:
         return
     keep, drop = [], []
@@ -182,6 +186,97 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+# Seconds the longest tests took (5 s or more; one process, -n 0, at load 3-11 on the
+# shared 2-core machine, 2026-11-28), by test function, its slowest parameters: xdist's
+# workers take tests in the order collected, so these go first, longest first. A long test
+# taken late runs on while the other workers have run out of tests (the 60 s wait did, for
+# 44 s; test_waiting.py, collected last, has two of 12 s). The background and shared-setup
+# groups are not listed: each runs as one unit. Other slow-marked tests count as
+# SLOW_UNLISTED seconds, the rest as none.
+LONGEST_TESTS = {
+    "tests/test_partition_priority.py::test_a_live_holder_keeps_its_lease_while_its_waiters_drain_the_partition": 48,
+    "tests/test_election.py::test_never_two_leaders_through_faults_and_a_cut_link_to_the_leader": 46,
+    "tests/test_waiting.py::test_a_waiter_waits_60_s_for_a_key_another_process_holds_40_s": 46,
+    "tests/test_election.py::test_never_two_leaders_among_five_processes_resigning_or_killed": 44,
+    "tests/test_takeover.py::test_a_live_holder_is_never_taken_over_whatever_the_clocks": 40,
+    "tests/test_election.py::test_standby_cost_and_failover_times": 34,
+    "tests/reliability/test_holders.py::test_a_throttling_storm_costs_no_lease_and_breaks_nothing": 20,
+    "tests/test_celery_beat.py::test_beat_over_a_failover_sends_each_entry_once_and_misses_at_most_the_lease_and_3s": 20,
+    "tests/test_demo.py::test_ctrl_c_stops_the_demo_and_exits_0": 17,
+    "tests/reliability/test_holders.py::test_an_outage_during_leases_ends_them_before_they_run_out_and_hands_out_none": 17,
+    "tests/test_admin_browser.py::test_a_demo_run_shows_its_lock_on_the_page_and_in_the_refreshing_admin_list": 16,
+    "tests/commands/test_from_a_shell.py::test_subprocess_runlocked_exit_codes": 16,
+    "tests/commands/test_from_a_shell.py::test_subprocess_errors": 16,
+    "tests/test_admin_browser.py::test_auto_refresh_keeps_the_operators_selection_and_can_be_turned_off": 15,
+    "tests/commands/test_from_a_shell.py::test_from_a_shell_a_broken_dynlock_setting_exits_2_in_every_command": 15,
+    "tests/test_exclusion.py::test_processes_never_overlap_and_lose_no_update": 15,
+    "tests/commands/test_from_a_shell.py::test_subprocess_createlocktable_and_showlocks": 14,
+    "tests/commands/test_standby.py::test_the_childs_exit_code_passes_through_and_the_term_is_resigned": 14,
+    "tests/test_admin_browser.py::test_break_a_lease_held_by_another_process": 13,
+    "tests/test_forgotten_watches.py::test_a_client_trying_more_keys_than_it_remembers_takes_over_every_dead_holder": 13,
+    "tests/test_gunicorn.py::test_a_killed_workers_key_is_free_for_the_next_request_within_lease_plus_3s": 13,
+    "tests/test_takeover.py::test_a_process_retrying_every_200ms_takes_over_a_killed_holder": 12,
+    "tests/test_waiting.py::test_throttled_waiters_back_off": 12,
+    "tests/test_fencing.py::test_decorated_code_never_runs_concurrently_across_processes": 12,
+    "tests/test_waiting.py::test_one_wait_past_1100_polls_acquires": 12,
+    "tests/commands/test_standby.py::test_a_leader_cut_off_stops_its_child_before_the_next_leaders_child_starts": 12,
+    "tests/test_engine_logging.py::test_the_takeover_of_a_killed_holder_is_one_info_line": 11,
+    "tests/test_missing_date.py::test_a_dateless_holder_with_a_slow_wall_clock_is_taken_over_only_once_dead": 11,
+    "tests/commands/test_runlocked.py::test_runlocked_at_least_keeps_the_lock": 11,
+    "tests/commands/test_standby.py::test_the_limit_a_paused_runlocked_cannot_stop_its_child_until_it_wakes": 11,
+    "tests/test_exclusion.py::test_paused_holder_knows_it_lost_before_it_could_write": 9,
+    "tests/test_takeover.py::test_fresh_one_shot_processes_take_over_a_killed_holder": 9,
+    "tests/test_celery_beat.py::test_a_term_that_times_out_never_ends_beat_and_it_leads_again_after": 9,
+    "tests/test_fitted_options.py::test_a_9_s_lease_whose_renewals_hang_is_at_risk_before_it_is_lost": 9,
+    "tests/test_admin_browser.py::test_an_elections_badge_keeps_the_list_within_the_window": 9,
+    "tests/commands/test_from_a_shell.py::test_subprocess_breaklock_exit_codes": 8,
+    "tests/test_admin_browser.py::test_the_lease_pages_are_laid_out_like_djangos_own": 8,
+    "tests/test_clock_outliers.py::test_a_holder_that_saw_one_backward_dated_reply_and_lost_its_link": 8,
+    "tests/commands/test_standby.py::test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over": 8,
+    "tests/reliability/test_holders.py::test_a_killed_holder_is_taken_over_within_a_lease_and_nothing_overlaps": 8,
+    "tests/commands/test_standby.py::test_bad_combinations_exit_2_from_a_shell": 8,
+    "tests/reliability/test_restart.py::test_after_a_restart_the_holder_loses_its_lease_before_anyone_else_can_hold_it": 8,
+    "tests/reliability/test_restart.py::test_a_table_recreated_while_the_holder_trusts_its_lease_lets_a_second_holder_in_but_fencing_still_holds": 8,
+    "tests/test_engine.py::test_heartbeats_keep_a_lease_past_its_duration": 8,
+    "tests/commands/test_standby.py::test_sigkill_after_grace_for_a_child_that_ignores_sigterm": 7,
+    "tests/test_fence_base.py::test_a_slow_fresh_process_continues_the_tokens_after_the_item_was_deleted": 7,
+    "tests/test_handover.py::test_a_handed_over_lease_is_continued_by_its_adopter": 7,
+    "tests/test_uvicorn.py::test_dynamodb_in_trouble_makes_an_async_view_answer_503_with_retry_after": 7,
+    "tests/reliability/test_holders.py::test_a_stopped_holder_resumes_knowing_it_lost_and_does_not_write": 7,
+    "tests/test_adopt_clock.py::test_a_fresh_process_adopts_by_dynamodbs_clock": 6,
+    "tests/test_clock_outliers.py::test_a_taker_that_saw_one_forward_dated_reply_while_the_holder_was_cut_off": 6,
+    "tests/test_election.py::test_campaign_wait_zero_keeps_the_standby_cadence": 6,
+    "tests/commands/test_from_a_shell.py::test_subprocess_breaklock_asks_on_a_terminal": 6,
+    "tests/commands/test_showlocks.py::test_showlocks_tells_a_lease_kept_by_at_least_from_a_crashed_holders": 5,
+    "tests/commands/test_standby.py::test_kill_9_of_runlocked_takes_its_child": 5,
+}
+SLOW_UNLISTED = 5.0
+
+
+def expected_seconds(item) -> float:
+    known = LONGEST_TESTS.get(item.nodeid.split("[", 1)[0])
+    if known is not None:
+        return known
+    return SLOW_UNLISTED if item.get_closest_marker("slow") else 0.0
+
+
+class LongestFirst:
+    """On an xdist worker, the collection sorted by expected_seconds, longest first; a stable
+    sort keeps the rest as collected, the same on every worker, as xdist requires. A plugin
+    of its own, to run after pytest-django's sort (database tests first, as Django orders
+    them), which undid the slow-first sort this conftest's hook made before it: 140 tests of
+    the database and the admin came before the first slow test."""
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_collection_modifyitems(self, items):
+        if os.environ.get("PYTEST_XDIST_WORKER"):
+            items.sort(key=expected_seconds, reverse=True)
+
+
+def pytest_configure(config):
+    config.pluginmanager.register(LongestFirst(), "dynlock-longest-first")
 
 
 def pytest_runtest_setup(item):
