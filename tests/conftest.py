@@ -202,6 +202,15 @@ LONGEST_TESTS = {
     "tests/test_election.py::test_never_two_leaders_among_five_processes_resigning_or_killed": 44,
     "tests/test_takeover.py::test_a_live_holder_is_never_taken_over_whatever_the_clocks": 40,
     "tests/test_election.py::test_standby_cost_and_failover_times": 34,
+    # The semaphores', the observability's and django-celery-beat's, as their authors measured
+    # them on a loaded machine (to be measured again in one process).
+    "tests/test_semaphore_processes.py::test_never_more_than_the_larger_limit_through_faults_and_a_change_of_the_limit": 29,
+    "tests/test_semaphore_processes.py::test_never_more_than_n_with_holders_killed_and_their_slots_taken_over": 25,
+    "tests/test_semaphore_processes.py::test_4n_contenders_on_n_slots_share_them_fairly": 20,
+    "tests/test_semaphore_processes.py::test_tenants_keep_their_own_limits_at_the_same_time": 17,
+    "tests/test_celery_beat.py::test_beat_over_a_failover_with_django_celery_beats_database_scheduler": 20,
+    "tests/test_observability.py::test_one_scrape_sums_three_gunicorn_workers": 8,
+    "tests/test_observability.py::test_a_scripted_scenario_gives_exact_counts": 7,
     "tests/reliability/test_holders.py::test_a_throttling_storm_costs_no_lease_and_breaks_nothing": 20,
     "tests/test_celery_beat.py::test_beat_over_a_failover_sends_each_entry_once_and_misses_at_most_the_lease_and_3s": 20,
     "tests/test_demo.py::test_ctrl_c_stops_the_demo_and_exits_0": 17,
