@@ -399,6 +399,10 @@ class Scenario:
             region_name=DUMMY_REGION,
             lease_duration=self.lease,
             heartbeat_period=self.lease / 3,
+            # The world's network answers the boto3 client's methods (world.Wire); the
+            # engine's own wire path lies below them, and tests/test_wire.py shows its
+            # requests are botocore's to the byte.
+            wire="boto3",
             # TTL may delete an item (the "ttl" operation) this long after its lease ends.
             **({"retention": RETENTION} if self.choices.clocks else {}),
         )
