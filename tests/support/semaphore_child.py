@@ -79,8 +79,19 @@ def main(spec_json: str, out: str) -> None:
                 write({"t": "error", "error": repr(exc)})
                 time.sleep(0.1)
                 continue
+            got = true_wall()
             start = true_wall(lease.acquired_monotonic)
-            write({"t": "acq", "key": key, "slot": lease.slot, "token": lease.token, "start": start, "limit": limit})
+            write(
+                {
+                    "t": "acq",
+                    "key": key,
+                    "slot": lease.slot,
+                    "token": lease.token,
+                    "start": start,
+                    "got": got,
+                    "limit": limit,
+                }
+            )
             shown = lease.valid_until
             write({"t": "valid", "token": lease.token, "until": true_wall(shown)})
             ends = time.monotonic() + spec["hold"] * rng.uniform(0.5, 1.5)
