@@ -554,3 +554,95 @@ def test_the_opentelemetry_counters_kept_by_dynlock_reach_the_exporter_as_counte
     )
     assert scraped("dynlock_busy_total", name=name) == 2
     assert scraped("dynlock_lost_total", name=name, reason="broken") == 2
+
+
+def test_a_trace_the_sampler_drops_has_no_dynlock_span_and_its_measures_are_taken(dynamodb_local_server, settings):
+    """Sampled out, an acquire's and a release's spans are not recorded (dynlock skips
+    their attributes and events); the measures do not depend on the sampler."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    named = (("dynlock.alias", alias), ("dynlock.name", "drop:{id}"))
+    DynlockInstrumentor().instrument(
+        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                with client.acquire("drop:1", metrics_name="drop:{id}"):
+                    pass
+                with other.acquire("drop:2"):
+                    assert client.try_acquire("drop:2", metrics_name="drop:{id}") is None
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    assert [span.name for span in exporter.get_finished_spans()] == []
+    points = otel_points(reader)
+    assert points[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))] == ("Histogram", None, 1)
+    assert points[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "busy")))] == ("Histogram", None, 1)
+    assert points[("dynlock.hold.duration", named)] == ("Histogram", None, 1)
+    assert points[("dynlock.busy", named)] == ("Sum", True, 1)
+    assert points[("dynlock.held", named)] == ("Sum", False, 0)
+
+
+def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):
+    """contrib.opentelemetry records the histograms' values in the SDK in batches (every
+    RECORD_EVERY values, and at each collection): from four threads at once, past several
+    batches, each acquire, hold and request is counted once."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib import opentelemetry as dynlock_otel
+
+    reader = InMemoryMetricReader()
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    named = (("dynlock.alias", alias), ("dynlock.name", "batch:{n}"))
+    dynlock_otel.DynlockInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+
+            def cycles(thread: int) -> None:
+                for cycle in range(25):
+                    client.acquire(f"batch:{thread}:{cycle}", metrics_name="batch:{n}").release()
+
+            try:
+                with ThreadPoolExecutor(4) as pool:
+                    list(pool.map(cycles, range(4)))
+                middle = otel_points(reader)  # what was pending, recorded by the collection
+                with client.acquire("batch:last", metrics_name="batch:{n}"):
+                    pass
+            finally:
+                client.close()
+    finally:
+        dynlock_otel.DynlockInstrumentor().uninstrument()
+    assert 100 * 4 > dynlock_otel.RECORD_EVERY * 2
+    assert middle[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))][2] == 100
+    assert middle[("dynlock.hold.duration", named)][2] == 100
+    last = otel_points(reader)
+    assert last[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))][2] == 101
+    assert last[("dynlock.hold.duration", named)][2] == 101
+    requests = sum(
+        amount
+        for (metric, labels), (_, _, amount) in last.items()
+        if metric == "dynlock.requests" and labels[0][1] == alias
+    )
+    timed = sum(
+        amount
+        for (metric, labels), (_, _, amount) in last.items()
+        if metric == "dynlock.request.duration" and labels[0][1] == alias
+    )
+    assert requests == timed >= 202
