@@ -10,7 +10,8 @@ machine's drift hits all alike:
 - ``off``: this tree, no observer (neither app installed): what every project pays;
 - ``prometheus``: ``django_dynlock.contrib.prometheus.install()``;
 - ``otel``: ``DynlockInstrumentor().instrument()`` with the SDK's providers (spans to a
-  ``BatchSpanProcessor`` whose exporter drops them, measures to an in-memory reader).
+  ``BatchSpanProcessor`` whose exporter drops them, measures to an in-memory reader);
+- ``otel-unsampled``: the same with a sampler that drops every trace: the measures alone.
 
 Each child runs ``--cycles`` cycles per round after ``--warmup`` unmeasured ones; the
 report gives each mode's median over ``--rounds`` rounds and the median of the per-round
@@ -39,7 +40,7 @@ from typing import Any
 from bench.clients import make_client, start_local_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODES = ("before", "off", "prometheus", "otel")
+MODES = ("before", "off", "prometheus", "otel", "otel-unsampled")
 
 
 def child(mode: str, endpoint: str) -> None:
@@ -51,11 +52,12 @@ def child(mode: str, endpoint: str) -> None:
         from django_dynlock.contrib.prometheus import install
 
         install()
-    elif mode == "otel":
+    elif mode.startswith("otel"):
         from opentelemetry.sdk.metrics import MeterProvider
         from opentelemetry.sdk.metrics.export import InMemoryMetricReader
         from opentelemetry.sdk.trace import TracerProvider
         from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, SpanExportResult
+        from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
 
         from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
 
@@ -63,7 +65,10 @@ def child(mode: str, endpoint: str) -> None:
             def export(self, spans: Any) -> SpanExportResult:
                 return SpanExportResult.SUCCESS
 
-        tracer_provider = TracerProvider()
+        # otel-unsampled: every trace dropped by the sampler, the measures taken all the same.
+        tracer_provider = (
+            TracerProvider(sampler=ParentBased(ALWAYS_OFF)) if mode == "otel-unsampled" else TracerProvider()
+        )
         tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
         DynlockInstrumentor().instrument(
             tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()])
@@ -245,7 +250,7 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=20000, help="cycles of the recorded hooks replayed")
     parser.add_argument("--toggle-blocks", type=int, default=200, help="pairs of blocks, observers on and off")
     parser.add_argument("--toggle-cycles", type=int, default=50, help="cycles per block")
-    parser.add_argument("--toggle-modes", default="prometheus,otel", help="the modes toggled on and off")
+    parser.add_argument("--toggle-modes", default="prometheus,otel,otel-unsampled", help="the modes toggled on and off")
     parser.add_argument("--before", default="a08f6a3", help="the commit before observability (default: a08f6a3)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)

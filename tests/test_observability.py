@@ -456,3 +456,193 @@ def test_neither_library_is_imported_unless_its_app_is_installed(apps, modules, 
         check=True,
     ).stdout.splitlines()
     assert out == [repr(modules), repr(observers)]
+
+
+def otel_points(reader) -> dict[tuple, tuple]:
+    """Each django_dynlock data point an in-memory reader collects now:
+    (metric, attributes) -> (kind, monotonic, value or count)."""
+    points = {}
+    for resource in reader.get_metrics_data().resource_metrics:
+        for scope in resource.scope_metrics:
+            if scope.scope.name != "django_dynlock":
+                continue
+            for metric in scope.metrics:
+                kind = type(metric.data).__name__
+                monotonic = getattr(metric.data, "is_monotonic", None)
+                for point in metric.data.data_points:
+                    amount = point.count if hasattr(point, "count") else point.value
+                    points[(metric.name, tuple(sorted(point.attributes.items())))] = (kind, monotonic, amount)
+    return points
+
+
+def test_the_opentelemetry_counters_kept_by_dynlock_reach_the_exporter_as_counters(dynamodb_local_server, settings):
+    """The counters are counted by dynlock and reported at collection time (asynchronous
+    instruments): an exporter sees the names, kinds, values and attributes a synchronous
+    counter would give, the same counts Prometheus takes of the same scenario, and counts
+    that keep growing across uninstrument() and instrument() on the same provider."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    registry = CollectorRegistry()
+    prometheus = PrometheusObserver(registry)
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    name = "count:{id}"
+    named = (("dynlock.alias", alias), ("dynlock.name", name))
+
+    def scenario(client, other) -> None:
+        with client.acquire("count:1", metrics_name=name):
+            pass
+        kept = client.acquire("count:2", metrics_name=name)
+        busy = other.acquire("count:3")
+        assert client.try_acquire("count:3", metrics_name=name) is None
+        busy.release()
+        assert other.break_lease("count:2")
+        with pytest.raises(LockLost):
+            kept.extend()
+
+    add_observer(prometheus)
+    DynlockInstrumentor().instrument(meter_provider=meter_provider)
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                scenario(client, other)
+                first = otel_points(reader)
+                # Off and on again on the same provider: the SDK keeps the instruments
+                # registered first, and their counts go on from where they were.
+                DynlockInstrumentor().uninstrument()
+                DynlockInstrumentor().instrument(meter_provider=meter_provider)
+                scenario(client, other)
+                second = otel_points(reader)
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+        remove_observer(prometheus)
+
+    def scraped(metric: str, **labels: str) -> float:
+        return registry.get_sample_value(metric, {"alias": alias, **labels}) or 0.0
+
+    assert first[("dynlock.busy", named)] == ("Sum", True, 1)
+    assert first[("dynlock.lost", (*named, ("dynlock.reason", "broken")))] == ("Sum", True, 1)
+    assert first[("dynlock.held", named)] == ("Sum", False, 0)
+    assert ("dynlock.at_risk", named) not in first  # never counted: no point, as a counter never added to
+    assert first[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))] == ("Histogram", None, 2)
+    assert second[("dynlock.busy", named)] == ("Sum", True, 2)
+    assert second[("dynlock.lost", (*named, ("dynlock.reason", "broken")))] == ("Sum", True, 2)
+    assert second[("dynlock.held", named)] == ("Sum", False, 0)
+    # Every request, by operation and outcome, as Prometheus counted it in the same run.
+    requests = {
+        labels: amount
+        for (metric, labels), (_, _, amount) in second.items()
+        if metric == "dynlock.requests" and labels[0] == ("dynlock.alias", alias)
+    }
+    assert len(requests) >= 2  # ok and condition_failed UpdateItems at least
+    for labels, amount in requests.items():
+        attributes = dict(labels)
+        op, outcome = attributes["dynlock.op"], attributes["dynlock.outcome"]
+        assert (op, outcome, amount) == (op, outcome, scraped("dynlock_requests_total", op=op, outcome=outcome))
+        assert second[("dynlock.requests", labels)][:2] == ("Sum", True)
+    assert sum(requests.values()) == sum(
+        count
+        for (metric, labels), (_, _, count) in second.items()
+        if metric == "dynlock.request.duration" and labels[0] == ("dynlock.alias", alias)
+    )
+    assert scraped("dynlock_busy_total", name=name) == 2
+    assert scraped("dynlock_lost_total", name=name, reason="broken") == 2
+
+
+def test_a_trace_the_sampler_drops_has_no_dynlock_span_and_its_measures_are_taken(dynamodb_local_server, settings):
+    """Sampled out, an acquire's and a release's spans are not recorded (dynlock skips
+    their attributes and events); the measures do not depend on the sampler."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    named = (("dynlock.alias", alias), ("dynlock.name", "drop:{id}"))
+    DynlockInstrumentor().instrument(
+        tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                with client.acquire("drop:1", metrics_name="drop:{id}"):
+                    pass
+                with other.acquire("drop:2"):
+                    assert client.try_acquire("drop:2", metrics_name="drop:{id}") is None
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    assert [span.name for span in exporter.get_finished_spans()] == []
+    points = otel_points(reader)
+    assert points[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))] == ("Histogram", None, 1)
+    assert points[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "busy")))] == ("Histogram", None, 1)
+    assert points[("dynlock.hold.duration", named)] == ("Histogram", None, 1)
+    assert points[("dynlock.busy", named)] == ("Sum", True, 1)
+    assert points[("dynlock.held", named)] == ("Sum", False, 0)
+
+
+def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):
+    """contrib.opentelemetry records the histograms' values in the SDK in batches (every
+    RECORD_EVERY values, and at each collection): from four threads at once, past several
+    batches, each acquire, hold and request is counted once."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib import opentelemetry as dynlock_otel
+
+    reader = InMemoryMetricReader()
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    named = (("dynlock.alias", alias), ("dynlock.name", "batch:{n}"))
+    dynlock_otel.DynlockInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+
+            def cycles(thread: int) -> None:
+                for cycle in range(25):
+                    client.acquire(f"batch:{thread}:{cycle}", metrics_name="batch:{n}").release()
+
+            try:
+                with ThreadPoolExecutor(4) as pool:
+                    list(pool.map(cycles, range(4)))
+                middle = otel_points(reader)  # what was pending, recorded by the collection
+                with client.acquire("batch:last", metrics_name="batch:{n}"):
+                    pass
+            finally:
+                client.close()
+    finally:
+        dynlock_otel.DynlockInstrumentor().uninstrument()
+    assert 100 * 4 > dynlock_otel.RECORD_EVERY * 2
+    assert middle[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))][2] == 100
+    assert middle[("dynlock.hold.duration", named)][2] == 100
+    last = otel_points(reader)
+    assert last[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))][2] == 101
+    assert last[("dynlock.hold.duration", named)][2] == 101
+    requests = sum(
+        amount
+        for (metric, labels), (_, _, amount) in last.items()
+        if metric == "dynlock.requests" and labels[0][1] == alias
+    )
+    timed = sum(
+        amount
+        for (metric, labels), (_, _, amount) in last.items()
+        if metric == "dynlock.request.duration" and labels[0][1] == alias
+    )
+    assert requests == timed >= 202
