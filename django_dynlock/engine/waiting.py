@@ -61,6 +61,17 @@ HOLD_SLACK = 0.09
 HOLD_SHARE = 0.0495
 HOLD_RAMP = 0.15
 HOLD_JITTER = 0.98
+# A hold younger than HOLD_YOUNG (seconds) is polled at the young pace: the backoff
+# with its step stopped at YOUNG_STEP MAX_RETRY_DELAYs (6.25-12.5 ms apart by default),
+# over a floor of YOUNG_ROUND_TRIPS round trips, without the hold's ramp. Most holds are
+# short, and after one the handoff is the rest of the pause, then a read and a write: at
+# the backoff's 12.5-25 ms, the ramp and four round trips (25 ms at the median) its p50
+# was 1.1-1.6 x python-dynamodb-lock's polling every 20 ms in the same runs; at 0.6
+# (7.5-15 ms) 0.86-1.15 x. A 40 s hold still cost 71 requests. Measured in
+# docs/benchmarks.md ("Handoff at the best peer's"), reasoning in docs/protocol.md.
+HOLD_YOUNG = 0.2
+YOUNG_STEP = 0.5
+YOUNG_ROUND_TRIPS = 2
 # Each throttled look in a row doubles the next pause, up to this many times: a
 # throttled partition is short of read units, and the holder's renewals need them more.
 THROTTLE_DOUBLINGS = 6
@@ -316,14 +327,25 @@ class WaitPolicy:
         return bool(returns_item_on_failure) and 0 < reserved_looks <= RESERVED_WRITES
 
     # -- sleeps ----------------------------------------------------------------------------
-    def busy_server_delay(self, took: float, error: DynLockError | None) -> float:
+    def busy_server_delay(self, took: float, error: DynLockError | None, round_trips: int = POLL_ROUND_TRIPS) -> float:
         """At least a few round trips between polls: on a busy server, faster polls would
         only queue our reads in front of the holder's release. A failed look (a timeout,
         a reset) says nothing about load, and a cap keeps one slow reply from stalling a
         waiter."""
         if error is not None:
             return 0.0
-        return min(POLL_ROUND_TRIPS * took, POLL_DELAY_CAP * self.options.max_retry_delay) * random.uniform(0.75, 1.25)
+        return min(round_trips * took, POLL_DELAY_CAP * self.options.max_retry_delay) * random.uniform(0.75, 1.25)
+
+    def young_backoff(self, tries: int) -> float:
+        """The backoff of the young pace: its step stops at YOUNG_STEP MAX_RETRY_DELAYs."""
+        top = max(YOUNG_STEP * self.options.max_retry_delay, self.options.min_retry_delay)
+        step = min(top, self.options.min_retry_delay * 2 ** min(tries, 16))
+        return step / 2 + random.uniform(0, step / 2)
+
+    @staticmethod
+    def young(watch: Watch | None, now: float) -> bool:
+        """Whether the key's holder, as this waiter has seen it, is younger than HOLD_YOUNG."""
+        return watch is not None and watch.holder is not None and watch.held_for(now) < HOLD_YOUNG
 
     @staticmethod
     def hold_delay(watch: Watch | None, now: float) -> float:
@@ -354,12 +376,17 @@ class WaitPolicy:
             # The waiter with the next turn polls at the first step (the key idles until
             # it looks), but no more often than the hold's age asks.
             delay = max(backoff(self.options, 0), self.hold_delay(watch, now))
+        elif self.young(watch, now):
+            delay = max(
+                self.young_backoff(tries),
+                self.busy_server_delay(took, error, YOUNG_ROUND_TRIPS),
+            )
         else:
             delay = max(backoff(self.options, tries), self.busy_server_delay(took, error), self.hold_delay(watch, now))
-            if item and it.RESERVED_BY in item:
-                # Another waiter has the next turn: ours comes after it, so a look
-                # sooner would only load the server the holder and that waiter need.
-                delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
+        if not reserved and item and it.RESERVED_BY in item:
+            # Another waiter has the next turn: ours comes after it, so a look
+            # sooner would only load the server the holder and that waiter need.
+            delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
         delay *= 2 ** min(throttled, THROTTLE_DOUBLINGS)
         return self._until_takeover(delay, [(item, watch)], now, give_up_at)
 
