@@ -50,25 +50,28 @@ WATCHES_KEPT = 1024
 # HOLD_SLACK + HOLD_SHARE of the hold's age apart, so it learns of a release within
 # 0.1 s + 5 % of the hold (the rest of the 0.1 s is the read's and the acquire's round
 # trips), and a 40 s hold costs about 75 requests, not 1,600. Early on the pause grows
-# only to HOLD_RAMP of the age, so that a handoff after a short hold stays as fast as
-# the plain backoff's: 0.15 keeps it under MAX_RETRY_DELAY (25 ms) through a hold of
-# 0.17 s. At 0.3 a waiter after a 0.1-0.2 s hold slept 30-60 ms between looks, and its
-# handoff p50 was 2.0-2.5 x python-dynamodb-lock (fast)'s in the same runs against
-# 1.6 x for the engine before issue 28 (DynamoDB Local, loaded machine); at 0.15,
-# 1.4-1.5 x, and a 40 s hold cost 71 requests (69 at 0.3). The downward jitter (to
-# HOLD_JITTER) keeps independent pollers apart without ever looking later than the bound.
+# only to HOLD_RAMP of the age. Issue 28 set it to 0.15 so that a 0.1-0.2 s hold was
+# polled under MAX_RETRY_DELAY apart (at 0.3 a waiter slept 30-60 ms there, handoff p50
+# 2.0-2.5 x python-dynamodb-lock (fast)'s); the young pace below polls those holds now,
+# and the ramp starts after it, back at 0.3: the looks it saves over 0.2-0.9 s of a 40 s
+# hold pay for the young pace's (the test's 79 requests on a warm server, 80 asked).
+# The downward jitter (to HOLD_JITTER) keeps independent pollers apart without ever
+# looking later than the bound.
 HOLD_SLACK = 0.09
 HOLD_SHARE = 0.0495
-HOLD_RAMP = 0.15
+HOLD_RAMP = 0.3
 HOLD_JITTER = 0.98
-# A hold younger than HOLD_YOUNG (seconds) is polled at the young pace: the backoff
-# with its step stopped at YOUNG_STEP MAX_RETRY_DELAYs (6.25-12.5 ms apart by default),
-# over a floor of YOUNG_ROUND_TRIPS round trips, without the hold's ramp. Most holds are
-# short, and after one the handoff is the rest of the pause, then a read and a write: at
-# the backoff's 12.5-25 ms, the ramp and four round trips (25 ms at the median) its p50
-# was 1.1-1.6 x python-dynamodb-lock's polling every 20 ms in the same runs; at 0.6
-# (7.5-15 ms) 0.86-1.15 x. A 40 s hold still cost 71 requests. Measured in
-# docs/benchmarks.md ("Handoff at the best peer's"), reasoning in docs/protocol.md.
+# A hold aged HOLD_YOUNG_FROM to HOLD_YOUNG (seconds) is polled at the young pace: the
+# backoff with its step stopped at YOUNG_STEP MAX_RETRY_DELAYs (6.25-12.5 ms apart by
+# default), over a floor of YOUNG_ROUND_TRIPS round trips, without the hold's ramp. Most
+# holds are short, and after one the handoff is the rest of the pause, then a read and a
+# write: at the backoff's 12.5-25 ms, the ramp and four round trips (25 ms at the median)
+# its p50 after 0.1-0.2 s holds was 1.1-1.6 x python-dynamodb-lock's polling every 20 ms
+# in the same runs. Its looks come out of a 40 s hold's budget (80 requests, 79 sent
+# before on a warm server): from the hold's start it cost 84-85, so a hold younger than
+# 0.1 s is polled as before, and the ramp after it is steeper (HOLD_RAMP). Measured in docs/benchmarks.md ("Handoff at
+# the best peer's"), reasoning in docs/protocol.md ("Changes").
+HOLD_YOUNG_FROM = 0.1
 HOLD_YOUNG = 0.2
 YOUNG_STEP = 0.5
 YOUNG_ROUND_TRIPS = 2
@@ -344,8 +347,8 @@ class WaitPolicy:
 
     @staticmethod
     def young(watch: Watch | None, now: float) -> bool:
-        """Whether the key's holder, as this waiter has seen it, is younger than HOLD_YOUNG."""
-        return watch is not None and watch.holder is not None and watch.held_for(now) < HOLD_YOUNG
+        """Whether the key's holder, as this waiter has seen it, is of the young pace's age."""
+        return watch is not None and watch.holder is not None and HOLD_YOUNG_FROM <= watch.held_for(now) < HOLD_YOUNG
 
     @staticmethod
     def hold_delay(watch: Watch | None, now: float) -> float:
