@@ -53,27 +53,31 @@ WATCHES_KEPT = 1024
 # only to HOLD_RAMP of the age. Issue 28 set it to 0.15 so that a 0.1-0.2 s hold was
 # polled under MAX_RETRY_DELAY apart (at 0.3 a waiter slept 30-60 ms there, handoff p50
 # 2.0-2.5 x python-dynamodb-lock (fast)'s); the young pace below polls those holds now,
-# and the ramp starts after it, back at 0.3: the looks it saves over 0.2-0.9 s of a 40 s
-# hold pay for the young pace's (the test's 79 requests on a warm server, 80 asked).
+# and after it the ramp is back at 0.3: the looks it saves over 0.2-0.9 s of a 40 s hold
+# pay for the young pace's (the test's 79 requests on a warm server, 80 asked). Before
+# HOLD_YOUNG it stays at HOLD_RAMP_YOUNG, so that a hold younger than 0.1 s is polled
+# as before, under MAX_RETRY_DELAY apart (at 0.3, 30 ms apart at 0.1 s).
 # The downward jitter (to HOLD_JITTER) keeps independent pollers apart without ever
 # looking later than the bound.
 HOLD_SLACK = 0.09
 HOLD_SHARE = 0.0495
 HOLD_RAMP = 0.3
+HOLD_RAMP_YOUNG = 0.15
 HOLD_JITTER = 0.98
 # A hold aged HOLD_YOUNG_FROM to HOLD_YOUNG (seconds) is polled at the young pace: the
-# backoff with its step stopped at YOUNG_STEP MAX_RETRY_DELAYs (6.25-12.5 ms apart by
+# backoff with its step stopped at YOUNG_STEP MAX_RETRY_DELAYs (7.5-15 ms apart by
 # default), over a floor of YOUNG_ROUND_TRIPS round trips, without the hold's ramp. Most
 # holds are short, and after one the handoff is the rest of the pause, then a read and a
 # write: at the backoff's 12.5-25 ms, the ramp and four round trips (25 ms at the median)
-# its p50 after 0.1-0.2 s holds was 1.1-1.6 x python-dynamodb-lock's polling every 20 ms
+# its p50 after 0.1-0.2 s holds was 0.9-1.7 x python-dynamodb-lock's polling every 20 ms
 # in the same runs. Its looks come out of a 40 s hold's budget (80 requests, 79 sent
 # before on a warm server): from the hold's start it cost 84-85, so a hold younger than
-# 0.1 s is polled as before, and the ramp after it is steeper (HOLD_RAMP). Measured in docs/benchmarks.md ("Handoff at
-# the best peer's"), reasoning in docs/protocol.md ("Changes").
+# 0.1 s is polled as before, and the ramp after 0.2 s is steeper (HOLD_RAMP); at a step
+# of 0.5 (6.25-12.5 ms) the budget was spent to the last request (80). Measured in
+# docs/benchmarks.md ("Handoff at the best peer's"), reasoning in docs/protocol.md.
 HOLD_YOUNG_FROM = 0.1
 HOLD_YOUNG = 0.2
-YOUNG_STEP = 0.5
+YOUNG_STEP = 0.6
 YOUNG_ROUND_TRIPS = 2
 # Each throttled look in a row doubles the next pause, up to this many times: a
 # throttled partition is short of read units, and the holder's renewals need them more.
@@ -342,7 +346,7 @@ class WaitPolicy:
     def young_backoff(self, tries: int) -> float:
         """The backoff of the young pace: its step stops at YOUNG_STEP MAX_RETRY_DELAYs."""
         top = max(YOUNG_STEP * self.options.max_retry_delay, self.options.min_retry_delay)
-        step = min(top, self.options.min_retry_delay * 2 ** min(tries, 16))
+        step: float = min(top, self.options.min_retry_delay * 2.0 ** min(tries, 16))
         return step / 2 + random.uniform(0, step / 2)
 
     @staticmethod
@@ -356,7 +360,8 @@ class WaitPolicy:
         age = watch.held_for(now) if watch is not None else 0.0
         if age <= 0:
             return 0.0
-        return min(HOLD_RAMP * age, HOLD_SLACK + HOLD_SHARE * age) * random.uniform(HOLD_JITTER, 1.0)
+        ramp = HOLD_RAMP if age >= HOLD_YOUNG else HOLD_RAMP_YOUNG
+        return min(ramp * age, HOLD_SLACK + HOLD_SHARE * age) * random.uniform(HOLD_JITTER, 1.0)
 
     def poll_delay(
         self,
