@@ -269,11 +269,19 @@ def test_a_young_hold_is_polled_more_often_than_every_20_ms(mock_dynlock):
     step = waiting.YOUNG_STEP * options.max_retry_delay
     assert step < 0.02
 
-    def pause(age: float, *, took: float = 0.003, item: dict | None = None) -> float:
+    def pause(age: float, *, took: float = 0.003, item: dict | None = None, handoffs: int = 0) -> float:
         now = time.monotonic()
         watch = waiting.Watch(rvn="r", since=now - age, lease_seconds=30.0, holder="h", held_since=now - age)
         return policy.poll_delay(
-            tries=10, reserved=False, took=took, error=None, item=item, watch=watch, now=now, give_up_at=now + 60
+            tries=10,
+            reserved=False,
+            took=took,
+            error=None,
+            item=item,
+            watch=watch,
+            now=now,
+            give_up_at=now + 60,
+            handoffs=handoffs,
         )
 
     for age in (0.11, 0.15, 0.19):  # inside the window: now - (now - 0.1) may fall under 0.1
@@ -283,6 +291,8 @@ def test_a_young_hold_is_polled_more_often_than_every_20_ms(mock_dynlock):
     assert min(pause(0.1, took=0.02) for _ in range(20)) >= 2 * 0.02 * 0.75
     # Past HOLD_YOUNG the pause follows the hold's age again.
     assert min(pause(0.3) for _ in range(20)) >= waiting.HOLD_RAMP * 0.3 * waiting.HOLD_JITTER
+    # A key seen changing hands (a hot key's) keeps the pace that follows the hold's age.
+    assert min(pause(0.15, handoffs=1) for _ in range(20)) >= waiting.HOLD_RAMP_YOUNG * 0.15 * waiting.HOLD_JITTER
     # Another waiter's reserved turn still comes first.
     reserved = {"owner": {"S": "h"}, "reserved_by": {"S": "other"}}
     assert min(pause(0.1, item=reserved) for _ in range(20)) >= 0.75 * waiting.RESERVED_POLL * options.max_retry_delay
