@@ -259,6 +259,45 @@ def test_short_holds_are_polled_at_the_backoffs_pace(mock_dynlock):
             assert pause <= options.max_retry_delay, (age, pause)
 
 
+def test_a_young_hold_is_polled_more_often_than_every_20_ms(mock_dynlock):
+    # issue 40: after a 0.1-0.2 s hold the handoff p50 was 1.07-1.47 x python-dynamodb-lock's
+    # polling every 20 ms: a waiter slept 12.5-25 ms (the backoff's later steps, four round
+    # trips, the hold's ramp: 25 ms at the median). A hold aged 0.1-0.2 s is now polled
+    # 7.5-15 ms apart, over a floor of two round trips; younger, and older, as before.
+    policy = mock_dynlock._waiting
+    options = mock_dynlock.options
+    step = waiting.YOUNG_STEP * options.max_retry_delay
+    assert step < 0.02
+
+    def pause(age: float, *, took: float = 0.003, item: dict | None = None, handoffs: int = 0) -> float:
+        now = time.monotonic()
+        watch = waiting.Watch(rvn="r", since=now - age, lease_seconds=30.0, holder="h", held_since=now - age)
+        return policy.poll_delay(
+            tries=10,
+            reserved=False,
+            took=took,
+            error=None,
+            item=item,
+            watch=watch,
+            now=now,
+            give_up_at=now + 60,
+            handoffs=handoffs,
+        )
+
+    for age in (0.11, 0.15, 0.19):  # inside the window: now - (now - 0.1) may fall under 0.1
+        pauses = [pause(age) for _ in range(50)]  # jittered
+        assert step / 2 <= min(pauses) and max(pauses) <= step, (age, pauses)
+    # A slow round trip still spaces the looks: two of them (jittered down to 75 %).
+    assert min(pause(0.1, took=0.02) for _ in range(20)) >= 2 * 0.02 * 0.75
+    # Past HOLD_YOUNG the pause follows the hold's age again.
+    assert min(pause(0.3) for _ in range(20)) >= waiting.HOLD_RAMP * 0.3 * waiting.HOLD_JITTER
+    # A key seen changing hands (a hot key's) keeps the pace that follows the hold's age.
+    assert min(pause(0.15, handoffs=1) for _ in range(20)) >= waiting.HOLD_RAMP_YOUNG * 0.15 * waiting.HOLD_JITTER
+    # Another waiter's reserved turn still comes first.
+    reserved = {"owner": {"S": "h"}, "reserved_by": {"S": "other"}}
+    assert min(pause(0.1, item=reserved) for _ in range(20)) >= 0.75 * waiting.RESERVED_POLL * options.max_retry_delay
+
+
 def test_one_wait_past_1100_polls_acquires(mock_dynlock, monkeypatch):
     # The 1,025th pause computed 2**1024 before it capped: OverflowError after 24.5 s at
     # the default delays. Short delays reach that poll within seconds (the count is what

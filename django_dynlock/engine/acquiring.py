@@ -472,6 +472,7 @@ class Acquirer:
                 now=now,
                 give_up_at=terms.give_up_at,
                 throttled=throttled,
+                handoffs=handoffs,
             )
             tries += 1
             yield Sleep(delay)

@@ -50,17 +50,35 @@ WATCHES_KEPT = 1024
 # HOLD_SLACK + HOLD_SHARE of the hold's age apart, so it learns of a release within
 # 0.1 s + 5 % of the hold (the rest of the 0.1 s is the read's and the acquire's round
 # trips), and a 40 s hold costs about 75 requests, not 1,600. Early on the pause grows
-# only to HOLD_RAMP of the age, so that a handoff after a short hold stays as fast as
-# the plain backoff's: 0.15 keeps it under MAX_RETRY_DELAY (25 ms) through a hold of
-# 0.17 s. At 0.3 a waiter after a 0.1-0.2 s hold slept 30-60 ms between looks, and its
-# handoff p50 was 2.0-2.5 x python-dynamodb-lock (fast)'s in the same runs against
-# 1.6 x for the engine before issue 28 (DynamoDB Local, loaded machine); at 0.15,
-# 1.4-1.5 x, and a 40 s hold cost 71 requests (69 at 0.3). The downward jitter (to
-# HOLD_JITTER) keeps independent pollers apart without ever looking later than the bound.
+# only to HOLD_RAMP of the age. Issue 28 set it to 0.15 so that a 0.1-0.2 s hold was
+# polled under MAX_RETRY_DELAY apart (at 0.3 a waiter slept 30-60 ms there, handoff p50
+# 2.0-2.5 x python-dynamodb-lock (fast)'s); the young pace below polls those holds now,
+# and after it the ramp is back at 0.3: the looks it saves over 0.2-0.9 s of a 40 s hold
+# pay for the young pace's (the test's 79 requests on a warm server, 80 asked). Before
+# HOLD_YOUNG it stays at HOLD_RAMP_YOUNG, so that a hold younger than 0.1 s is polled
+# as before, under MAX_RETRY_DELAY apart (at 0.3, 30 ms apart at 0.1 s).
+# The downward jitter (to HOLD_JITTER) keeps independent pollers apart without ever
+# looking later than the bound.
 HOLD_SLACK = 0.09
 HOLD_SHARE = 0.0495
-HOLD_RAMP = 0.15
+HOLD_RAMP = 0.3
+HOLD_RAMP_YOUNG = 0.15
 HOLD_JITTER = 0.98
+# A hold aged HOLD_YOUNG_FROM to HOLD_YOUNG (seconds) is polled at the young pace: the
+# backoff with its step stopped at YOUNG_STEP MAX_RETRY_DELAYs (7.5-15 ms apart by
+# default), over a floor of YOUNG_ROUND_TRIPS round trips, without the hold's ramp. Most
+# holds are short, and after one the handoff is the rest of the pause, then a read and a
+# write: at the backoff's 12.5-25 ms, the ramp and four round trips (25 ms at the median)
+# its p50 after 0.1-0.2 s holds was 0.9-1.7 x python-dynamodb-lock's polling every 20 ms
+# in the same runs. Its looks come out of a 40 s hold's budget (80 requests, 79 sent
+# before on a warm server): from the hold's start it cost 84-85, so a hold younger than
+# 0.1 s is polled as before, and the ramp after 0.2 s is steeper (HOLD_RAMP); at a step
+# of 0.5 (6.25-12.5 ms) the budget was spent to the last request (80). Measured in
+# docs/benchmarks.md ("Handoff at the best peer's"), reasoning in docs/protocol.md.
+HOLD_YOUNG_FROM = 0.1
+HOLD_YOUNG = 0.2
+YOUNG_STEP = 0.6
+YOUNG_ROUND_TRIPS = 2
 # Each throttled look in a row doubles the next pause, up to this many times: a
 # throttled partition is short of read units, and the holder's renewals need them more.
 THROTTLE_DOUBLINGS = 6
@@ -316,14 +334,25 @@ class WaitPolicy:
         return bool(returns_item_on_failure) and 0 < reserved_looks <= RESERVED_WRITES
 
     # -- sleeps ----------------------------------------------------------------------------
-    def busy_server_delay(self, took: float, error: DynLockError | None) -> float:
+    def busy_server_delay(self, took: float, error: DynLockError | None, round_trips: int = POLL_ROUND_TRIPS) -> float:
         """At least a few round trips between polls: on a busy server, faster polls would
         only queue our reads in front of the holder's release. A failed look (a timeout,
         a reset) says nothing about load, and a cap keeps one slow reply from stalling a
         waiter."""
         if error is not None:
             return 0.0
-        return min(POLL_ROUND_TRIPS * took, POLL_DELAY_CAP * self.options.max_retry_delay) * random.uniform(0.75, 1.25)
+        return min(round_trips * took, POLL_DELAY_CAP * self.options.max_retry_delay) * random.uniform(0.75, 1.25)
+
+    def young_backoff(self, tries: int) -> float:
+        """The backoff of the young pace: its step stops at YOUNG_STEP MAX_RETRY_DELAYs."""
+        top = max(YOUNG_STEP * self.options.max_retry_delay, self.options.min_retry_delay)
+        step: float = min(top, self.options.min_retry_delay * 2.0 ** min(tries, 16))
+        return step / 2 + random.uniform(0, step / 2)
+
+    @staticmethod
+    def young(watch: Watch | None, now: float) -> bool:
+        """Whether the key's holder, as this waiter has seen it, is of the young pace's age."""
+        return watch is not None and watch.holder is not None and HOLD_YOUNG_FROM <= watch.held_for(now) < HOLD_YOUNG
 
     @staticmethod
     def hold_delay(watch: Watch | None, now: float) -> float:
@@ -331,7 +360,8 @@ class WaitPolicy:
         age = watch.held_for(now) if watch is not None else 0.0
         if age <= 0:
             return 0.0
-        return min(HOLD_RAMP * age, HOLD_SLACK + HOLD_SHARE * age) * random.uniform(HOLD_JITTER, 1.0)
+        ramp = HOLD_RAMP if age >= HOLD_YOUNG else HOLD_RAMP_YOUNG
+        return min(ramp * age, HOLD_SLACK + HOLD_SHARE * age) * random.uniform(HOLD_JITTER, 1.0)
 
     def poll_delay(
         self,
@@ -345,21 +375,32 @@ class WaitPolicy:
         now: float,
         give_up_at: float,
         throttled: int = 0,
+        handoffs: int = 0,
     ) -> float:
         """How long a waiter for one key sleeps before its next look.
 
-        ``throttled``: how many looks in a row DynamoDB throttled.
+        ``throttled``: how many looks in a row DynamoDB throttled. ``handoffs``: how many
+        times this waiter saw the key change hands.
         """
         if reserved:
             # The waiter with the next turn polls at the first step (the key idles until
             # it looks), but no more often than the hold's age asks.
             delay = max(backoff(self.options, 0), self.hold_delay(watch, now))
+        elif not handoffs and self.young(watch, now):
+            # Not on a key seen changing hands: there many waiters poll, and a holder
+            # seen for 0.1 s is one descheduled mid-section, not a hold about to end
+            # (24 processes on a 5 ms hot key read 1.2-1.3 times a section with it,
+            # 1.0-1.15 without).
+            delay = max(
+                self.young_backoff(tries),
+                self.busy_server_delay(took, error, YOUNG_ROUND_TRIPS),
+            )
         else:
             delay = max(backoff(self.options, tries), self.busy_server_delay(took, error), self.hold_delay(watch, now))
-            if item and it.RESERVED_BY in item:
-                # Another waiter has the next turn: ours comes after it, so a look
-                # sooner would only load the server the holder and that waiter need.
-                delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
+        if not reserved and item and it.RESERVED_BY in item:
+            # Another waiter has the next turn: ours comes after it, so a look
+            # sooner would only load the server the holder and that waiter need.
+            delay = max(delay, RESERVED_POLL * self.options.max_retry_delay * random.uniform(0.75, 1.25))
         delay *= 2 ** min(throttled, THROTTLE_DOUBLINGS)
         return self._until_takeover(delay, [(item, watch)], now, give_up_at)
 
