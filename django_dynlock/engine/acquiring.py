@@ -14,7 +14,7 @@ import threading
 import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from botocore.exceptions import ClientError
 
@@ -39,6 +39,8 @@ from .undoing import Undo, Undoer
 from .waiting import Attempt, WaitPolicy, Watch
 
 logger = logging.getLogger("django_dynlock")
+
+T = TypeVar("T")
 
 # A client's first write, before any reply told it DynamoDB's clock, stamps the
 # expiry with this host's wall clock (see _restamp). A wall clock this far (seconds)
@@ -192,10 +194,11 @@ class Acquirer:
         self,
         key: str,
         metrics_name: str | None,
-        acquiring: Callable[[observe.AcquireObservation | None], Steps[Lease]],
-    ) -> Steps[Lease]:
+        acquiring: Callable[[observe.AcquireObservation | None], Steps[T]],
+    ) -> Steps[T]:
         """``acquiring`` (an acquire's steps, given its observation), followed by the
-        observers (observe.py) from start to end, if any: a lock's and a semaphore's."""
+        observers (observe.py) from start to end, if any: a lock's, a semaphore's, and an
+        acquire_many's (one for the group, named by ``key``, its first key)."""
         started = monotonic()
         # Started before the first step, in the caller's context: a span's parent is current.
         observed = None
@@ -204,15 +207,20 @@ class Acquirer:
         if observed is None:
             return (yield from acquiring(None))
         try:
-            lease = yield from acquiring(observed)
+            result = yield from acquiring(observed)
         except LockNotAcquired as busy:
             observed.end("busy", waited=monotonic() - started, looks=observed.looks, token=None, error=busy)
             raise
         except BaseException as error:
             observed.end("error", waited=monotonic() - started, looks=observed.looks, token=None, error=error)
             raise
-        observed.end("acquired", waited=monotonic() - started, looks=lease.upkeep.looks, token=lease.token, error=None)
-        return lease
+        if isinstance(result, Lease):
+            observed.end(
+                "acquired", waited=monotonic() - started, looks=result.upkeep.looks, token=result.token, error=None
+            )
+        else:  # a group: no one token, and its looks are not counted
+            observed.end("acquired", waited=monotonic() - started, looks=observed.looks, token=None, error=None)
+        return result
 
     def _acquisition(
         self,

@@ -136,22 +136,13 @@ class GroupAcquirer:
         started = monotonic()
         terms = Terms(started + wait_s, lease_s, holder, metrics_name)
         ordered = sorted(by_stored)  # one global order: no deadlock between processes
-        observed = None
-        if observe.OBSERVERS:  # one span for the group, named by its first key's name
-            first = by_stored[ordered[0]]
-            observed = observe.start_acquire(self.options.alias, observe.metrics_name(first, metrics_name), first)
-        if observed is None:
-            return (yield from self._acquisition(by_stored, ordered, terms, started))
-        try:
-            group = yield from self._acquisition(by_stored, ordered, terms, started)
-        except LockNotAcquired as busy:
-            observed.end("busy", waited=monotonic() - started, looks=0, token=None, error=busy)
-            raise
-        except BaseException as error:
-            observed.end("error", waited=monotonic() - started, looks=0, token=None, error=error)
-            raise
-        observed.end("acquired", waited=monotonic() - started, looks=0, token=None, error=None)
-        return group
+        return (
+            yield from self.acquirer.observed(
+                by_stored[ordered[0]],
+                metrics_name,
+                lambda observed: self._acquisition(by_stored, ordered, terms, started),
+            )
+        )
 
     def _acquisition(
         self, by_stored: dict[str, str], ordered: list[str], terms: Terms, started: float
