@@ -10,7 +10,9 @@
 
 from __future__ import annotations
 
+import inspect
 import os
+from typing import Any
 
 import pytest
 
@@ -170,6 +172,7 @@ def pytest_collection_modifyitems(config, items):
     """Shared-setup groups for xdist; with DYNLOCK_TEST_ENDPOINT, the tests on ``server``
     and nothing that starts a local server; against https (AWS), nothing behind the fault
     proxy, which speaks http only."""
+    refuse_marked_helpers({item.module for item in items if getattr(item, "module", None)})
     for item in items:
         group = xdist_group(item)
         if group:
@@ -186,6 +189,23 @@ def pytest_collection_modifyitems(config, items):
     if drop:
         config.hook.pytest_deselected(items=drop)
         items[:] = keep
+
+
+def refuse_marked_helpers(modules: set[Any]) -> None:
+    """A mark on a module's helper function is silently ignored: a refactor that put a
+    helper between ``@pytest.mark.solo`` and its test sent that test into the parallel pass,
+    where its latency and thread counts failed CI (stop 41)."""
+    misplaced = [
+        f"{module.__name__}.{name}"
+        for module in modules
+        for name, value in vars(module).items()
+        if inspect.isfunction(value)
+        and value.__module__ == module.__name__
+        and not name.startswith("test")
+        and getattr(value, "pytestmark", None)
+    ]
+    if misplaced:
+        raise pytest.UsageError(f"marks on functions that are not tests (move them to the test): {misplaced}")
 
 
 # Seconds the longest tests took (5 s or more; one process, -n 0, at load 3-11 on the
