@@ -173,14 +173,16 @@ class _HeaderMap(dict[str, list[str]]):
 class _SigV4(SigV4Auth):
     """botocore's ``SigV4Auth``, all of its steps its own, with what repeats between
     requests kept by the ``Wire``: the signing key (four HMACs, the same all day for one
-    secret, region and service), the Host header of a URL, its canonical path and query;
-    and the headers to sign taken once per request (botocore takes them twice, into an
-    ``email`` message)."""
+    secret, region and service), the Host header of a URL, its canonical path and query,
+    each header's canonical line (botocore's ``canonical_headers`` of that header alone);
+    and the headers to sign and their names taken once per request (botocore takes them
+    twice, into an ``email`` message)."""
 
     def __init__(self, credentials: Any, service_name: str, region_name: str, wire: Wire) -> None:
         super().__init__(credentials, service_name, region_name)
         self._wire = wire
         self._to_sign: tuple[Any, _HeaderMap] | None = None
+        self._signed: tuple[Any, str] | None = None
 
     def headers_to_sign(self, request: Any) -> Any:
         if self._to_sign is not None and self._to_sign[0] is request:
@@ -194,6 +196,29 @@ class _SigV4(SigV4Auth):
             header_map["host"] = [self._wire.url_part("host", request.url, _host_from_url)]
         self._to_sign = (request, header_map)
         return header_map
+
+    def canonical_headers(self, headers_to_sign: Any) -> str:
+        kept = self._wire.canonical_lines
+        lines = []
+        for key in sorted(headers_to_sign):
+            values = headers_to_sign[key]
+            if len(values) != 1:  # the same header twice, in two cases: botocore's join
+                return super().canonical_headers(headers_to_sign)  # type: ignore[no-any-return]
+            line = kept.get((key, values[0]))
+            if line is None:
+                line = super().canonical_headers(_HeaderMap({key: values}))
+                if len(kept) > 256:  # X-Amz-Date's line changes every second
+                    kept.clear()
+                kept[(key, values[0])] = line
+            lines.append(line)
+        return "\n".join(lines)
+
+    def signed_headers(self, headers_to_sign: Any) -> str:
+        if self._signed is not None and self._signed[0] is headers_to_sign:
+            return self._signed[1]
+        signed: str = super().signed_headers(headers_to_sign)
+        self._signed = (headers_to_sign, signed)
+        return signed
 
     def canonical_query_string(self, request: Any) -> str:
         if request.params:
@@ -236,6 +261,7 @@ class Wire:
         self._lock = threading.Lock()
         self._sid = self._service.service_id.hyphenize()
         self.signing_key: tuple[tuple[str, str, str, str], bytes] | None = None  # _SigV4's
+        self.canonical_lines: dict[tuple[str, str], str] = {}  # _SigV4's
         self._url_parts: dict[tuple[str, str], str] = {}
         self._routes: dict[str, tuple[Any, Connections | None, str | None, str]] = {}
         uid = f"dynlock-wire-{id(self)}"
