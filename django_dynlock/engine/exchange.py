@@ -102,7 +102,8 @@ class Connections:
     def __init__(self, pool: Any) -> None:
         self.pool = pool
         self._prefixes: dict[tuple[str, str, int | None], bytes] = {}
-        self._names: set[str] = set()
+        self._names: set[str] = set()  # request header names http.client takes as they are
+        self._reply_names: dict[str, str] = {}  # reply header names the email parser takes, lower-cased
 
     def _prefix(self, conn: Any, target: str) -> bytes:
         """The request line, Host and Accept-Encoding, as ``http.client``'s ``putrequest`` writes them."""
@@ -195,6 +196,7 @@ class Connections:
         return reply
 
     def _read(self, sock: Any) -> Reply:
+        """The reply, if plain; else http.client's reading of it (``_unusual``)."""
         data = sock.recv(65536)
         end = data.find(b"\r\n\r\n")
         while end < 0:
@@ -209,25 +211,34 @@ class Connections:
             end = data.find(b"\r\n\r\n")
         lines = data[:end].decode("iso-8859-1").split("\r\n")
         status_line = lines[0]
-        # "HTTP/1.1 200 OK": a 1xx, another version or anything odd is http.client's to read.
+        # "HTTP/1.1 200 OK": another version, a 1xx, a 204 or 304 (no body, whatever the
+        # headers say), too many headers, anything odd is http.client's to read.
         if (
             not status_line.startswith("HTTP/1.1 ")
             or len(status_line) < 12
             or not status_line[9:12].isdigit()
             or (len(status_line) > 12 and status_line[12] != " ")
-            or status_line[9] == "1"
+            or status_line[9] in "01"
+            or status_line[9:12] in ("204", "304")
+            or len(lines) > 101
         ):
             return self._unusual(data, sock)
         status = int(status_line[9:12])
         headers = []
         length = -1
         keep = True
+        known = self._reply_names
         for line in lines[1:]:
             name, colon, value = line.partition(":")
-            if not colon or not _reply_header_name(name):
-                return self._unusual(data, sock)  # a folded line, a header the email parser would not take
+            lowered = known.get(name) if colon else None
+            if lowered is None:
+                if not colon or not _reply_header_name(name):
+                    return self._unusual(data, sock)  # a folded line, a header the email parser would not take
+                lowered = name.lower()
+                if len(known) > 256:
+                    known.clear()
+                known[name] = lowered
             value = value.lstrip(" \t")  # as the email parser: the value's trailing spaces stay
-            lowered = name.lower()
             if lowered == "content-length":
                 if length >= 0 or not value.strip().isdigit():
                     return self._unusual(data, sock)

@@ -15,9 +15,14 @@ Everything that decides what the request is stays boto3's and botocore's:
 - The signature is botocore's ``SigV4Auth`` with the client's credentials, frozen per
   request with ``get_frozen_credentials()`` as botocore's signer does, so refreshable
   credentials (instance roles, SSO, assume-role) are refreshed as boto3 refreshes them.
+  What repeats between requests is kept (``_SigV4``): the signing key, the Host, path
+  and query of a URL, each header's canonical line, each computed by botocore's own code.
 - The request goes through the client's own ``URLLib3Session``: its connection pool,
   proxies, TLS verification and CA bundle, timeouts, and its mapping of transport
-  failures to botocore's exceptions.
+  failures to botocore's exceptions. On a live pooled connection without a proxy, the
+  exchange itself is engine/exchange.py's (the bytes urllib3 writes, in one write; the
+  reply read as http.client reads a plain one); a new connection, a proxy and any
+  request or reply out of the ordinary go through urllib3's ``urlopen``.
 - The client's events are emitted as botocore emits them (``provide-client-params``,
   ``before-parameter-build``, ``before-call``, ``before-send``, ``after-call``), so
   botocore's own handlers (the
