@@ -258,6 +258,11 @@ def exchange_cost(kind: str, requests: int = 300, rounds: int = 5) -> dict[str, 
             pool._put_conn(conn)
 
         ways = {"wire path": on_the_wire_path, "urllib3 urlopen": through_urlopen, "sendall + recv": floor}
+        through_urlopen()
+        if lean.exchange(target, headers, body, None) is None:
+            # moto's server closes the connection after each reply: every request makes a
+            # new one, which urllib3 does on either path.
+            ways = {"urllib3 urlopen": through_urlopen}
         seen: dict[str, list[float]] = {name: [] for name in ways}
         for send in ways.values():
             for _ in range(30):

@@ -168,7 +168,11 @@ class Connections:
         conn = pool._get_conn()  # noqa: SLF001 (urllib3's pool: a connection the server closed is dropped here)
         sock = conn.sock
         if sock is None or conn.proxy is not None:
-            pool._put_conn(conn)  # noqa: SLF001 (urlopen connects it, with urllib3's errors)
+            # urlopen makes the connection, with urllib3's errors. The slot goes back empty,
+            # not with this unconnected one: with every slot taken, the pool would be full
+            # and warn of a connection discarded.
+            conn.close()
+            pool._put_conn(None)  # noqa: SLF001
             return None
         try:
             sock.settimeout(Timeout.resolve_default_timeout(t.connect_timeout))
