@@ -253,6 +253,26 @@ def test_the_request_is_urllib3s_to_the_byte_in_one_write(scripted, frozen):
     assert len(writes) == 1 and writes[0] == len(server.requests[-1])
 
 
+def test_botocores_experimental_host_header_sends_through_urlopen(scripted, frozen, monkeypatch):
+    # BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER: botocore puts a host header in the pool's
+    # proxy_headers, which urlopen writes into every request, proxy or not.
+    monkeypatch.setenv("BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER", "true")
+    server = scripted(lambda n, request: (plain(b"{}"), "keep"))
+    boto = boto_at(server.url)
+    wire = Wire(boto)
+    prepared: list[Any] = []
+    boto.meta.events.register("before-send.dynamodb", lambda request, **_: prepared.append(request))
+    wire.call("get_item", dict(GET))
+    frozen()
+    with Exchanges() as exchanges:
+        wire.call("get_item", dict(GET))
+    assert exchanges.kinds == ["urlopen"]
+    ours = server.requests[-1]
+    assert boto._endpoint.http_session.send(prepared[-1]).content == b"{}"
+    assert server.requests[-1] == ours
+    assert b"\r\nhost: 127.0.0.1\r\n" in ours
+
+
 UNUSUAL = {
     "chunked": b"HTTP/1.1 200 OK\r\nDate: Sat, 28 Nov 2026 01:02:03 GMT\r\nx-amzn-RequestId: r1\r\n"
     b"Transfer-Encoding: chunked\r\n\r\n10\r\n"

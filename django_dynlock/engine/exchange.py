@@ -18,8 +18,9 @@ urllib3 keeps everything else, and anything else:
   timeout and their errors stay urllib3's, and the connection is pooled for the next
   request;
 - a request whose headers ``http.client`` would write otherwise (a header urllib3 adds
-  or skips, a value it would reject or fold) goes through ``urlopen``; so do requests
-  through a proxy (``exchange`` is not called for them);
+  or skips, a value it would reject or fold, the pool's ``proxy_headers`` that urlopen
+  adds) goes through ``urlopen``; so do requests through a proxy (``exchange`` is not
+  called for them);
 - a reply that is not plain (a 1xx, chunked, without Content-Length, HTTP/1.0, a header
   line ``http.client`` would parse differently) is read by ``http.client``'s own
   ``HTTPResponse`` from the bytes already read and the socket, and its connection is
@@ -159,6 +160,8 @@ class Connections:
         if head is None:
             return None
         pool = self.pool
+        if pool.proxy_headers:  # urlopen adds them to the request's headers
+            return None
         t = pool.timeout if timeout is None else timeout
         if not isinstance(t, Timeout) or t.total is not None:
             return None

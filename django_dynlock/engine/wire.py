@@ -429,13 +429,14 @@ class Wire:
         proxy_url = None
         try:
             pool, lean, proxy_url, target = self._route(url)
+            if ensure_boolean(os.environ.get("BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER", "")):
+                # As botocore: on every pool, and urlopen writes it into requests without a proxy too.
+                pool.proxy_headers["host"] = urlparse(url).hostname
             timeout = session._get_request_timeout(request)  # noqa: SLF001
             if lean is not None:
                 reply = lean.exchange(target, request.headers, request.body, timeout)
                 if reply is not None:
                     return _Reply(url, reply.status, reply.headers, reply.body)
-            elif ensure_boolean(os.environ.get("BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER", "")):
-                pool.proxy_headers["host"] = urlparse(url).hostname
             extra: dict[str, Any] = {}
             if timeout is not None:
                 extra["timeout"] = timeout
