@@ -11,16 +11,20 @@ never), the wire path:
   server closed the pooled one;
 - raises, for a late reply, a reset or a reply cut short, what boto3 raises.
 
-A proxy is tests/test_wire.py's (the forward proxy of CLIENT_CONFIG, through urlopen);
-an HTTPS proxy's CONNECT tunnel needs TLS, which loopback tests here do not have.
+Over TLS (a certificate made for the test, trusted through AWS_CA_BUNDLE) the exchange is
+the same on the pooled TLS connection, and a certificate not trusted fails as through
+boto3. A proxy is tests/test_wire.py's (the forward proxy of CLIENT_CONFIG, through
+urlopen); an HTTPS proxy's CONNECT tunnel (a TLS proxy on loopback) is not tested.
 """
 
 from __future__ import annotations
 
 import copy
 import datetime
+import ipaddress
 import itertools
 import socket
+import ssl
 import struct
 import threading
 import time
@@ -63,12 +67,13 @@ class Scripted:
     says what to do with the n-th (0-based): bytes to send, then the connection kept
     open or closed ("close"), reset ("reset") or left silent ("silent")."""
 
-    def __init__(self, answer: Callable[[int, bytes], tuple[bytes, str]]) -> None:
+    def __init__(self, answer: Callable[[int, bytes], tuple[bytes, str]], tls: ssl.SSLContext | None = None) -> None:
         self.answer = answer
+        self.tls = tls
         self.requests: list[bytes] = []
         self.connections = 0
         self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.sock.getsockname()[1]}"
         self._stop = threading.Event()
         self._threads = [threading.Thread(target=self._accept, daemon=True)]
         self._threads[0].start()
@@ -89,6 +94,12 @@ class Scripted:
 
     def _serve(self, conn: socket.socket) -> None:
         conn.settimeout(10)
+        if self.tls is not None:
+            try:
+                conn = self.tls.wrap_socket(conn, server_side=True)
+            except (OSError, ssl.SSLError):
+                conn.close()  # the client refused our certificate
+                return
         data = b""
         with conn:
             for _ in range(100):  # requests on one connection, bounded
@@ -136,8 +147,8 @@ class Scripted:
 def scripted() -> Iterator[Callable[..., Scripted]]:
     servers: list[Scripted] = []
 
-    def start(answer: Callable[[int, bytes], tuple[bytes, str]]) -> Scripted:
-        servers.append(Scripted(answer))
+    def start(answer: Callable[[int, bytes], tuple[bytes, str]], tls: ssl.SSLContext | None = None) -> Scripted:
+        servers.append(Scripted(answer, tls))
         return servers[-1]
 
     yield start
@@ -374,3 +385,68 @@ def test_a_late_lost_or_cut_reply_raises_what_boto3_raises(scripted, then):
         assert 0.25 < elapsed < 3
     assert wire.call("get_item", dict(GET))["Item"]  # 4: on a new connection
     assert server.connections == 3  # the wire path's two, boto3's one
+
+
+def self_signed(tmp_path: Any) -> tuple[ssl.SSLContext, str]:
+    """A server context with a certificate for 127.0.0.1, and the path of that certificate (the CA bundle)."""
+    x509 = pytest.importorskip("cryptography.x509")
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "dynlock test")])
+    now = datetime.datetime.now(datetime.UTC)
+    ski = x509.SubjectKeyIdentifier.from_public_key(key.public_key())
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]), False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), True)
+        .add_extension(ski, False)
+        .add_extension(x509.AuthorityKeyIdentifier.from_issuer_subject_key_identifier(ski), False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(
+        key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
+    )
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert_path, key_path)
+    return context, str(cert_path)
+
+
+def test_over_tls_the_exchange_is_on_the_pooled_tls_connection(scripted, tmp_path, monkeypatch):
+    # The CA bundle from the environment, as boto3 resolves it (AWS_CA_BUNDLE): urllib3
+    # makes and verifies the TLS connection, the wire path's requests go on it.
+    context, bundle = self_signed(tmp_path)
+    server = scripted(lambda n, request: (plain(), "keep"), tls=context)
+    monkeypatch.setenv("AWS_CA_BUNDLE", bundle)
+    wire = Wire(boto_at(server.url))
+    wire.call("get_item", dict(GET))  # learnt: through boto3, which makes the connection
+    with Exchanges() as exchanges:
+        for _ in range(3):
+            assert wire.call("get_item", dict(GET))["Item"]["owner"] == {"S": "me"}
+    assert exchanges.kinds == ["lean"] * 3
+    assert server.connections == 1
+
+
+def test_a_certificate_not_trusted_fails_as_through_boto3(scripted, tmp_path):
+    # Without the bundle: no connection is made, on either path, and the error is boto3's.
+    context, _ = self_signed(tmp_path)
+    server = scripted(lambda n, request: (plain(), "keep"), tls=context)
+    boto, wire = boto_at(server.url), Wire(boto_at(server.url))
+    with pytest.raises(Exception) as learnt:  # the first request of a kind is boto3's
+        wire.call("get_item", dict(GET))
+    assert type(learnt.value).__name__ == "SSLError"
+    with Exchanges() as exchanges:
+        through_wire = outcome(lambda: wire.call("get_item", dict(GET)))
+    assert exchanges.kinds == ["urlopen"]
+    assert through_wire == outcome(lambda: boto.get_item(**GET))
+    assert through_wire["class"] == "SSLError"

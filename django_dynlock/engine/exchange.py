@@ -177,6 +177,9 @@ class Connections:
             conn.close()
             pool._put_conn(None)  # noqa: SLF001
             return None
+        if pool.scheme != "http" and not conn.is_verified:
+            pool._put_conn(conn)  # noqa: SLF001 (urlopen warns of each unverified HTTPS request)
+            return None
         try:
             sock.settimeout(Timeout.resolve_default_timeout(t.connect_timeout))
             try:
