@@ -16,7 +16,8 @@ urllib3 keeps everything else, and anything else:
 - a connection not yet made (the pool's first, or one the server closed while it was
   pooled) goes through ``urlopen``: connecting, TLS and its settings, the connect
   timeout and their errors stay urllib3's, and the connection is pooled for the next
-  request;
+  request; so does a request on an HTTPS connection urllib3 did not verify (urlopen
+  warns of each);
 - a request whose headers ``http.client`` would write otherwise (a header urllib3 adds
   or skips, a value it would reject or fold, the pool's ``proxy_headers`` that urlopen
   adds) goes through ``urlopen``; so do requests through a proxy (``exchange`` is not
