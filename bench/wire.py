@@ -21,7 +21,8 @@ alone, without the HTTP exchange and the kernel, which all contenders share.
 CPU is the measuring process' (``time.process_time``: every thread, the heartbeat's
 too). Medians over the rounds, and each contender's ratio to ``raw-put-delete``.
 ``--profile`` adds cProfile's top entries (CPU time) of one cycle of ``dynlock-boto3``
-and ``dynlock``. Writes JSON with ``--out``.
+and ``dynlock``; ``--exchange`` the CPU of one request's HTTP exchange alone, the wire
+path's against urllib3's ``urlopen`` and a bare socket's. Writes JSON with ``--out``.
 """
 
 from __future__ import annotations
@@ -202,6 +203,82 @@ def no_network(cycles: int = 1000, rounds: int = 5) -> dict[str, Any]:
     return {name: {"cpu_us_per_cycle": statistics.median(v), "cpu_us_all": v} for name, v in seen.items()}
 
 
+def exchange_cost(kind: str, requests: int = 300, rounds: int = 5) -> dict[str, Any]:
+    """Client CPU of one request's HTTP exchange alone, on one pooled connection: the same
+    signed GetItem written and its reply read by the wire path (``engine/exchange.py``), by
+    urllib3's ``urlopen`` (as botocore sends), and by a bare ``sendall`` + ``recv`` of the
+    same bytes (the floor: the kernel and the wait for the server). Medians of rounds, µs."""
+    from django_dynlock.engine.wire import _NO_RETRIES
+
+    server = start_local_server(kind)
+    client = make_client(server.endpoint_url)
+    try:
+        client.create_table(wait=True)
+        wire = client._store.wire
+        assert wire is not None
+        key = {"TableName": TABLE, "Key": {"key": {"S": "exchange"}}}
+        wire.call("get_item", dict(key))  # learnt
+        sent: list[Any] = []
+        client.boto.meta.events.register("before-send.dynamodb", lambda request, **_: sent.append(request))
+        wire.call("get_item", dict(key))  # on the wire path: its own headers, all str
+        request = sent[-1]
+        pool, lean, _proxy, target = wire._route(request.url)
+        assert lean is not None, "a proxy: no lean exchange to measure"
+        headers, body = dict(request.headers), request.body
+        conn = pool._get_conn()
+        raw = lean._prefix(conn, target) + (lean._head(headers) or b"") + b"\r\n" + body
+        pool._put_conn(conn)
+
+        def on_the_wire_path() -> None:
+            reply = lean.exchange(target, headers, body, None)
+            if reply is None or reply.status != 200:
+                raise BenchError("the wire path's exchange was not taken")
+
+        def through_urlopen() -> None:
+            reply = pool.urlopen(
+                "POST",
+                target,
+                body=body,
+                headers=headers,
+                retries=_NO_RETRIES,
+                assert_same_host=False,
+                preload_content=True,
+                decode_content=False,
+                enforce_content_length=False,
+            )
+            if reply.status != 200:
+                raise BenchError(f"urlopen: {reply.status}")
+
+        def floor() -> None:
+            conn = pool._get_conn()
+            conn.sock.sendall(raw)
+            data = conn.sock.recv(65536)
+            while b"\r\n\r\n" not in data:
+                data += conn.sock.recv(65536)
+            pool._put_conn(conn)
+
+        ways = {"wire path": on_the_wire_path, "urllib3 urlopen": through_urlopen, "sendall + recv": floor}
+        through_urlopen()
+        if lean.exchange(target, headers, body, None) is None:
+            # moto's server closes the connection after each reply: every request makes a
+            # new one, which urllib3 does on either path.
+            ways = {"urllib3 urlopen": through_urlopen}
+        seen: dict[str, list[float]] = {name: [] for name in ways}
+        for send in ways.values():
+            for _ in range(30):
+                send()
+        for index in range(rounds):
+            for name in rotated(list(ways), index):
+                started = time.process_time()
+                for _ in range(requests):
+                    ways[name]()
+                seen[name].append((time.process_time() - started) / requests * 1e6)
+        return {"server": kind, **{name: statistics.median(v) for name, v in seen.items()}}
+    finally:
+        client.close(release=True)
+        server.stop()
+
+
 def table(results: list[dict[str, Any]]) -> str:
     lines = [
         "| server | contender | CPU per cycle (µs) | × raw PutItem+DeleteItem (paired) | cycles/s | × raw |",
@@ -222,6 +299,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--cycles", type=int, default=200, help="cycles per round")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument(
+        "--exchange", action="store_true", help="also the CPU of one request's HTTP exchange alone, each way"
+    )
     parser.add_argument("--out")
     args = parser.parse_args(argv)
     results = [measure(kind, args.rounds, args.cycles, args.profile) for kind in args.servers.split(",")]
@@ -232,6 +312,12 @@ def main(argv: list[str] | None = None) -> None:
         + ", ".join(f"{k} {v['cpu_us_per_cycle']:,.0f} µs" for k, v in offline.items())
     )
     results.append({"no_network": offline})
+    if args.exchange:
+        exchanges = [exchange_cost(kind) for kind in args.servers.split(",")]
+        print("\none request's HTTP exchange, client CPU (µs, medians of 5 rounds of 300):")
+        for row in exchanges:
+            print("  " + ", ".join(f"{k} {v:.0f}" if isinstance(v, float) else str(v) for k, v in row.items()))
+        results.append({"exchange": exchanges})
     for result in results[:-1]:
         for name, text in result.get("profile", {}).items():
             print(f"\n## {result['server']}: {name}\n{text}")

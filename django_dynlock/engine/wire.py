@@ -15,9 +15,14 @@ Everything that decides what the request is stays boto3's and botocore's:
 - The signature is botocore's ``SigV4Auth`` with the client's credentials, frozen per
   request with ``get_frozen_credentials()`` as botocore's signer does, so refreshable
   credentials (instance roles, SSO, assume-role) are refreshed as boto3 refreshes them.
+  What repeats between requests is kept (``_SigV4``): the signing key, the Host, path
+  and query of a URL, each header's canonical line, each computed by botocore's own code.
 - The request goes through the client's own ``URLLib3Session``: its connection pool,
   proxies, TLS verification and CA bundle, timeouts, and its mapping of transport
-  failures to botocore's exceptions.
+  failures to botocore's exceptions. On a live pooled connection without a proxy, the
+  exchange itself is engine/exchange.py's (the bytes urllib3 writes, in one write; the
+  reply read as http.client reads a plain one); a new connection, a proxy and any
+  request or reply out of the ordinary go through urllib3's ``urlopen``.
 - The client's events are emitted as botocore emits them (``provide-client-params``,
   ``before-parameter-build``, ``before-call``, ``before-send``, ``after-call``), so
   botocore's own handlers (the
@@ -45,7 +50,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from botocore.auth import SigV4Auth
+from botocore.auth import SIGNED_HEADERS_BLACKLIST, SigV4Auth, _host_from_url
 from botocore.awsrequest import AWSPreparedRequest
 from botocore.exceptions import (
     ConnectionClosedError,
@@ -60,11 +65,14 @@ from botocore.exceptions import (
 from botocore.hooks import first_non_none_response
 from botocore.httpsession import mask_proxy_url
 from botocore.utils import ensure_boolean
+from urllib3 import HTTPHeaderDict
 from urllib3.exceptions import ConnectTimeoutError as URLLib3ConnectTimeoutError
 from urllib3.exceptions import NewConnectionError, ProtocolError, ProxyError
 from urllib3.exceptions import ReadTimeoutError as URLLib3ReadTimeoutError
 from urllib3.exceptions import SSLError as URLLib3SSLError
 from urllib3.util.retry import Retry
+
+from .exchange import Connections
 
 # The requests the engine sends on every lock operation, by boto3 method name. Table
 # administration (create, describe, TTL) stays boto3's: it is rare and its replies
@@ -110,20 +118,35 @@ _NO_RETRIES = Retry(False)
 
 class _Reply:
     """The reply as botocore's handlers read an ``AWSResponse``: ``status_code``, ``headers``
-    (case-insensitive), ``content``, ``raw`` (the urllib3 response)."""
+    (case-insensitive, made when first read), ``content``, ``raw`` (urllib3's response, or
+    None when the reply was read on a pooled connection: engine/exchange.py)."""
 
-    __slots__ = ("content", "headers", "raw", "status_code", "url")
+    __slots__ = ("_headers", "content", "pairs", "raw", "status_code", "url")
 
-    def __init__(self, url: str, raw: Any) -> None:
+    def __init__(self, url: str, status: int, pairs: list[tuple[str, str]], content: bytes, raw: Any = None) -> None:
         self.url = url
         self.raw = raw
-        self.status_code: int = raw.status
-        self.headers = raw.headers
-        self.content: bytes = raw.data
+        self.status_code = status
+        self.pairs = pairs  # the header lines, in order
+        self.content = content
+        self._headers: HTTPHeaderDict | None = raw.headers if raw is not None else None
+
+    @property
+    def headers(self) -> HTTPHeaderDict:
+        if self._headers is None:
+            headers = HTTPHeaderDict()
+            for name, value in self.pairs:
+                headers.add(name, value)
+            self._headers = headers
+        return self._headers
 
     @property
     def text(self) -> str:
         return self.content.decode("utf-8")
+
+    def lowered(self) -> dict[str, str]:
+        """The headers by lower-case name, the last of a repeated one (botocore's ``HTTPHeaders`` metadata)."""
+        return {k.lower(): v for k, v in self.pairs}
 
 
 class _Signable:
@@ -144,6 +167,88 @@ class _Signable:
         self.auth_path = auth_path
 
 
+class _HeaderMap(dict[str, list[str]]):
+    """What ``SigV4Auth.canonical_headers`` and ``signed_headers`` read of ``headers_to_sign``'s
+    ``HTTPHeaders`` (an ``email`` message): the names, and ``get_all`` of each."""
+
+    def get_all(self, name: str, failobj: Any = None) -> Any:
+        return self.get(name, failobj)
+
+
+class _SigV4(SigV4Auth):
+    """botocore's ``SigV4Auth``, all of its steps its own, with what repeats between
+    requests kept by the ``Wire``: the signing key (four HMACs, the same all day for one
+    secret, region and service), the Host header of a URL, its canonical path and query,
+    each header's canonical line (botocore's ``canonical_headers`` of that header alone);
+    and the headers to sign and their names taken once per request (botocore takes them
+    twice, into an ``email`` message)."""
+
+    def __init__(self, credentials: Any, service_name: str, region_name: str, wire: Wire) -> None:
+        super().__init__(credentials, service_name, region_name)
+        self._wire = wire
+        self._to_sign: tuple[Any, _HeaderMap] | None = None
+        self._signed: tuple[Any, str] | None = None
+
+    def headers_to_sign(self, request: Any) -> Any:
+        if self._to_sign is not None and self._to_sign[0] is request:
+            return self._to_sign[1]  # the second time in one add_auth: the headers have not changed
+        header_map = _HeaderMap()
+        for name, value in request.headers.items():
+            lname = name.lower()
+            if lname not in SIGNED_HEADERS_BLACKLIST:
+                header_map.setdefault(lname, []).append(value)
+        if "host" not in header_map:
+            header_map["host"] = [self._wire.url_part("host", request.url, _host_from_url)]
+        self._to_sign = (request, header_map)
+        return header_map
+
+    def canonical_headers(self, headers_to_sign: Any) -> str:
+        kept = self._wire.canonical_lines
+        lines = []
+        for key in sorted(headers_to_sign):
+            values = headers_to_sign[key]
+            if len(values) != 1:  # the same header twice, in two cases: botocore's join
+                return super().canonical_headers(headers_to_sign)  # type: ignore[no-any-return]
+            line = kept.get((key, values[0]))
+            if line is None:
+                line = super().canonical_headers(_HeaderMap({key: values}))
+                if len(kept) > 256:  # X-Amz-Date's line changes every second
+                    kept.clear()
+                kept[(key, values[0])] = line
+            lines.append(line)
+        return "\n".join(lines)
+
+    def signed_headers(self, headers_to_sign: Any) -> str:
+        if self._signed is not None and self._signed[0] is headers_to_sign:
+            return self._signed[1]
+        signed: str = super().signed_headers(headers_to_sign)
+        self._signed = (headers_to_sign, signed)
+        return signed
+
+    def canonical_query_string(self, request: Any) -> str:
+        if request.params:
+            return super().canonical_query_string(request)  # type: ignore[no-any-return]
+        return self._wire.url_part(
+            "query", request.url, lambda url: super(_SigV4, self).canonical_query_string(request)
+        )
+
+    def _normalize_url_path(self, path: str) -> str:
+        return self._wire.url_part("path", path, super()._normalize_url_path)
+
+    def signature(self, string_to_sign: str, request: Any) -> str:
+        day = request.context["timestamp"][0:8]
+        scope = (self.credentials.secret_key, day, self._region_name, self._service_name)
+        kept = self._wire.signing_key
+        if kept is not None and kept[0] == scope:
+            return self._sign(kept[1], string_to_sign, hex=True)  # type: ignore[no-any-return]
+        k_date = self._sign(f"AWS4{scope[0]}".encode(), day)
+        k_region = self._sign(k_date, self._region_name)
+        k_service = self._sign(k_region, self._service_name)
+        k_signing = self._sign(k_service, "aws4_request")
+        self._wire.signing_key = (scope, k_signing)
+        return self._sign(k_signing, string_to_sign, hex=True)  # type: ignore[no-any-return]
+
+
 class Wire:
     """The engine's requests on one boto3 DynamoDB client (thread-safe)."""
 
@@ -160,6 +265,10 @@ class Wire:
         self._learning = threading.local()
         self._lock = threading.Lock()
         self._sid = self._service.service_id.hyphenize()
+        self.signing_key: tuple[tuple[str, str, str, str], bytes] | None = None  # _SigV4's
+        self.canonical_lines: dict[tuple[str, str], str] = {}  # _SigV4's
+        self._url_parts: dict[tuple[str, str], str] = {}
+        self._routes: dict[str, tuple[Any, Connections | None, str | None, str]] = {}
         uid = f"dynlock-wire-{id(self)}"
         # First at before-send: the headers as botocore made them, before a user's handler sees them.
         self._events.register("before-sign.dynamodb", self._on_sign, unique_id=f"{uid}-sign")
@@ -266,7 +375,7 @@ class Wire:
         credentials = self._signer._credentials  # noqa: SLF001 (what botocore's signer freezes per request)
         if credentials is None:
             raise NoCredentialsError()
-        SigV4Auth(credentials.get_frozen_credentials(), template.signing_name, template.region).add_auth(request)
+        _SigV4(credentials.get_frozen_credentials(), template.signing_name, template.region, self).add_auth(request)
         headers = request.headers
         headers["amz-sdk-invocation-id"] = str(uuid.uuid4())
         if template.sdk_request is not None:
@@ -280,27 +389,60 @@ class Wire:
             http = self._transmit(prepared)
         return http
 
+    def url_part(self, kind: str, value: str, compute: Any) -> str:
+        """``compute(value)``, kept: what signing derives from the URL and its path (botocore's own functions)."""
+        key = (kind, value)
+        part = self._url_parts.get(key)
+        if part is None:
+            part = compute(value)
+            if len(self._url_parts) > 64:
+                self._url_parts.clear()
+            self._url_parts[key] = part
+        return part
+
+    def _route(self, url: str) -> tuple[Any, Connections | None, str | None, str]:
+        """The URL's pool, its lean exchange (None through a proxy), proxy and request target,
+        as botocore's ``URLLib3Session.send`` finds them; kept while the pool is open (the
+        pool manager closes a pool it evicts, and the session's ``close`` all of them)."""
+        route = self._routes.get(url)
+        if route is not None and route[0].pool is not None:
+            return route
+        session = self._session
+        proxy_url = session._proxy_config.proxy_url_for(url)  # noqa: SLF001
+        manager = session._get_connection_manager(url, proxy_url)  # noqa: SLF001
+        pool = manager.connection_from_url(url)
+        session._setup_ssl_cert(pool, url, session._verify)  # noqa: SLF001
+        target = session._get_request_target(url, proxy_url)  # noqa: SLF001
+        route = (pool, Connections(pool) if proxy_url is None else None, proxy_url, target)
+        if len(self._routes) > 16:
+            self._routes.clear()
+        self._routes[url] = route
+        return route
+
     def _transmit(self, request: AWSPreparedRequest) -> _Reply:
         """``URLLib3Session.send`` of botocore, less its ``AWSResponse``: the same proxy,
         pool, TLS settings and timeouts, the same exceptions for the same failures, and
-        the reply read whole."""
+        the reply read whole; on a live pooled connection, without a proxy, the exchange
+        is engine/exchange.py's."""
         session = self._session
         url = request.url
         proxy_url = None
         try:
-            proxy_url = session._proxy_config.proxy_url_for(url)  # noqa: SLF001
-            manager = session._get_connection_manager(url, proxy_url)  # noqa: SLF001
-            conn = manager.connection_from_url(url)
-            session._setup_ssl_cert(conn, url, session._verify)  # noqa: SLF001
+            pool, lean, proxy_url, target = self._route(url)
             if ensure_boolean(os.environ.get("BOTO_EXPERIMENTAL__ADD_PROXY_HOST_HEADER", "")):
-                conn.proxy_headers["host"] = urlparse(url).hostname
-            extra: dict[str, Any] = {}
+                # As botocore: on every pool, and urlopen writes it into requests without a proxy too.
+                pool.proxy_headers["host"] = urlparse(url).hostname
             timeout = session._get_request_timeout(request)  # noqa: SLF001
+            if lean is not None:
+                reply = lean.exchange(target, request.headers, request.body, timeout)
+                if reply is not None:
+                    return _Reply(url, reply.status, reply.headers, reply.body)
+            extra: dict[str, Any] = {}
             if timeout is not None:
                 extra["timeout"] = timeout
-            reply = conn.urlopen(
+            raw = pool.urlopen(
                 method="POST",
-                url=session._get_request_target(url, proxy_url),  # noqa: SLF001
+                url=target,
                 body=request.body,
                 headers=request.headers,
                 retries=_NO_RETRIES,
@@ -310,7 +452,7 @@ class Wire:
                 enforce_content_length=False,
                 **extra,
             )
-            return _Reply(url, reply)
+            return _Reply(url, raw.status, list(raw.headers.items()), raw.data, raw)
         except URLLib3SSLError as e:
             raise SSLError(endpoint_url=url, error=e) from None
         except (NewConnectionError, socket.gaierror) as e:
@@ -330,7 +472,6 @@ class Wire:
 
     def _parse(self, http: Any, model: Any) -> dict[str, Any]:
         status = http.status_code
-        headers = http.headers
         content = http.content
         parsed: Any = None
         if status < 300:
@@ -340,12 +481,12 @@ class Wire:
                 parsed = None  # not JSON: botocore's parser decides what that means
         if not isinstance(parsed, dict):
             # botocore's own parser: an error's code, message and modelled fields (Item, CancellationReasons).
-            response = {"headers": headers, "status_code": status, "body": content, "context": {}}
+            response = {"headers": http.headers, "status_code": status, "body": content, "context": {}}
             parsed = self._parser.parse(response, model.output_shape)
             if status >= 300:
                 self._endpoint._add_modeled_error_fields(response, parsed, model, self._parser)  # noqa: SLF001
         else:
-            lowered = {k.lower(): v for k, v in headers.items()}
+            lowered = http.lowered() if isinstance(http, _Reply) else {k.lower(): v for k, v in http.headers.items()}
             metadata: dict[str, Any] = {}
             if "x-amzn-requestid" in lowered:
                 metadata["RequestId"] = lowered["x-amzn-requestid"]
