@@ -11,7 +11,9 @@ machine's drift hits all alike:
 - ``prometheus``: ``django_dynlock.contrib.prometheus.install()``;
 - ``otel``: ``DynlockInstrumentor().instrument()`` with the SDK's providers (spans to a
   ``BatchSpanProcessor`` whose exporter drops them, measures to an in-memory reader);
-- ``otel-unsampled``: the same with a sampler that drops every trace: the measures alone.
+- ``otel-unsampled``: the same with a sampler that drops every trace: the measures alone;
+- ``otel-metrics``: the instrumentor given a meter provider only, no tracer provider set
+  (the API's no-op tracer): the measures alone, as a project that exports no traces.
 
 Each child runs ``--cycles`` cycles per round after ``--warmup`` unmeasured ones; the
 report gives each mode's median over ``--rounds`` rounds and the median of the per-round
@@ -40,7 +42,7 @@ from typing import Any
 from bench.clients import make_client, start_local_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODES = ("before", "off", "prometheus", "otel", "otel-unsampled")
+MODES = ("before", "off", "prometheus", "otel", "otel-unsampled", "otel-metrics")
 
 
 def child(mode: str, endpoint: str) -> None:
@@ -70,6 +72,8 @@ def child(mode: str, endpoint: str) -> None:
             TracerProvider(sampler=ParentBased(ALWAYS_OFF)) if mode == "otel-unsampled" else TracerProvider()
         )
         tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+        if mode == "otel-metrics":
+            tracer_provider = None  # the global one, never set: the API's no-op tracer
         DynlockInstrumentor().instrument(
             tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()])
         )
@@ -250,7 +254,9 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=20000, help="cycles of the recorded hooks replayed")
     parser.add_argument("--toggle-blocks", type=int, default=200, help="pairs of blocks, observers on and off")
     parser.add_argument("--toggle-cycles", type=int, default=50, help="cycles per block")
-    parser.add_argument("--toggle-modes", default="prometheus,otel,otel-unsampled", help="the modes toggled on and off")
+    parser.add_argument(
+        "--toggle-modes", default="prometheus,otel,otel-unsampled,otel-metrics", help="the modes toggled on and off"
+    )
     parser.add_argument("--before", default="a08f6a3", help="the commit before observability (default: a08f6a3)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
