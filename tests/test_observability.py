@@ -738,6 +738,56 @@ def test_an_sdk_that_counts_started_spans_sees_dynlocks_dropped_ones(dynamodb_lo
     assert started == {(("otel.span.parent.origin", "none"), ("otel.span.sampling_result", "DROP")): 6}
 
 
+def test_a_histograms_exemplars_are_the_trace_its_value_was_measured_in(dynamodb_local_server, settings):
+    """Values are handed to the SDK later than measured, in batches, by whichever thread
+    fills the batch or collects: each keeps the context it was measured in. A value
+    measured in a sampled span has that trace as its exemplar; one measured outside any
+    span has none, even when the thread that records it is inside a sampled span."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    reader = InMemoryMetricReader()
+    tracer = TracerProvider().get_tracer("test")
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+
+    def exemplars() -> dict[str, set[int]]:
+        """The trace ids of this alias's histograms' exemplars, by histogram."""
+        found: dict[str, set[int]] = {}
+        for resource in reader.get_metrics_data().resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        if dict(point.attributes).get("dynlock.alias") == alias:
+                            for exemplar in getattr(point, "exemplars", ()):
+                                found.setdefault(metric.name, set()).add(exemplar.trace_id)
+        return found
+
+    DynlockInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                client.acquire("exemplar:1", metrics_name="exemplar:{n}").release()  # outside any span
+                with tracer.start_as_current_span("another request") as elsewhere:
+                    outside = exemplars()  # recorded by this thread, in this span
+                with tracer.start_as_current_span("request") as request:
+                    client.acquire("exemplar:2", metrics_name="exemplar:{n}").release()
+                inside = exemplars()  # recorded outside any span
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    assert outside == {}, f"the recording thread's trace {elsewhere.get_span_context().trace_id:x} as exemplar"
+    trace_id = request.get_span_context().trace_id
+    assert set(inside) == {"dynlock.acquire.duration", "dynlock.hold.duration", "dynlock.request.duration"}
+    assert all(ids == {trace_id} for ids in inside.values()), inside
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
 def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):
     """contrib.opentelemetry records the histograms' values in the SDK in batches (every
     RECORD_EVERY values, and at each collection): from four threads at once, past several
