@@ -789,8 +789,8 @@ def test_a_histograms_exemplars_are_the_trace_its_value_was_measured_in(dynamodb
 
 
 def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):
-    """contrib.opentelemetry records the histograms' values in the SDK in batches (every
-    RECORD_EVERY values, and at each collection): from four threads at once, past several
+    """contrib.opentelemetry takes its measures in batches (every RECORD_EVERY calls from
+    the engine, and at each collection): from four threads at once, past several
     batches, each acquire, hold and request is counted once."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -825,6 +825,8 @@ def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(
     last = otel_points(reader)
     assert last[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))][2] == 101
     assert last[("dynlock.hold.duration", named)][2] == 101
+    # Counted up and down in the batches, by one thread at a time, in the order heard.
+    assert last[("dynlock.held", named)] == ("Sum", False, 0)
     requests = sum(
         amount
         for (metric, labels), (_, _, amount) in last.items()
