@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -786,6 +787,58 @@ def test_a_histograms_exemplars_are_the_trace_its_value_was_measured_in(dynamodb
     assert set(inside) == {"dynlock.acquire.duration", "dynlock.hold.duration", "dynlock.request.duration"}
     assert all(ids == {trace_id} for ids in inside.values()), inside
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_a_child_forked_while_another_thread_measures_a_batch_can_measure_and_collect():
+    """A batch being measured by another thread at the fork holds its lock in the child
+    too, where that thread does not exist: the child gets a free one, and measures and
+    collects (without it, the child's collection waits forever: killed after 10 s)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib.opentelemetry import OpenTelemetryObserver
+
+    reader = InMemoryMetricReader()
+    observer = OpenTelemetryObserver(meter_provider=MeterProvider(metric_readers=[reader]))
+    observer.request(alias="fork", op="UpdateItem", outcome="ok", seconds=0.002)
+    measuring, forked = threading.Event(), threading.Event()
+
+    def measure_slowly() -> None:
+        with observer.counts.flushing:  # as a thread in the middle of a batch
+            measuring.set()
+            forked.wait(10)
+
+    holder = threading.Thread(target=measure_slowly)
+    holder.start()
+    try:
+        assert measuring.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: collect, then leave without pytest's teardown
+            code = 1
+            try:
+                counted = [
+                    amount
+                    for (metric, labels), (_, _, amount) in otel_points(reader).items()
+                    if metric in ("dynlock.requests", "dynlock.request.duration")
+                    and ("dynlock.alias", "fork") in labels
+                ]
+                code = 0 if counted == [1, 1] else 2
+            finally:
+                os._exit(code)
+        forked.set()
+        ended, status = 0, 0
+        for _ in range(100):  # bounded: 10 s
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                break
+            time.sleep(0.1)
+        if not ended:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert ended and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child's collection never ended"
+    finally:
+        forked.set()
+        holder.join(10)
 
 
 def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):

@@ -18,6 +18,7 @@ unless ``tracer_provider=``/``meter_provider=`` are given).
 
 from __future__ import annotations
 
+import os
 import threading
 import weakref
 from collections import deque
@@ -165,6 +166,7 @@ class _Counts:
 
     def __init__(self, meter: Any):
         self.flushing = threading.Lock()
+        _EVERY_COUNTS.add(self)
         # (alias, name) or (alias, name, reason) or (alias, op, outcome) -> count
         self.busy: dict[tuple[str, ...], int] = {}
         self.lost: dict[tuple[str, ...], int] = {}
@@ -257,6 +259,20 @@ class _Counts:
 
         return observe
 
+
+# Every _Counts of this process, for _reset_after_fork.
+_EVERY_COUNTS: weakref.WeakSet[_Counts] = weakref.WeakSet()
+
+
+def _reset_after_fork() -> None:
+    # A batch measured by another thread of the parent at the fork leaves ``flushing``
+    # held in the child, where no thread will release it: every collection would wait.
+    for counts in list(_EVERY_COUNTS):
+        counts.flushing = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_reset_after_fork)
 
 _COUNTS: weakref.WeakKeyDictionary[Any, _Counts] = weakref.WeakKeyDictionary()
 _COUNTS_LOCK = threading.Lock()
