@@ -841,6 +841,51 @@ def test_a_child_forked_while_another_thread_measures_a_batch_can_measure_and_co
         holder.join(10)
 
 
+def test_an_acquire_that_dynamodb_fails_reaches_opentelemetry_as_an_error(dynamodb_local_server, settings):
+    """The failed acquire's event is queued without its exception (the batch would keep
+    its traceback alive) and measured as an error; each throttled try counted."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    reader = InMemoryMetricReader()
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    named = (("dynlock.alias", alias), ("dynlock.name", "job"))
+    DynlockInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        with (
+            fresh_table(settings, dynamodb_local_server.endpoint_url) as other,
+            FaultProxy(dynamodb_local_server.endpoint_url) as proxy,
+        ):
+            client = client_for(proxy.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                proxy.add_fault("throttle", times=1000)
+                with pytest.raises(BackendError):
+                    client.acquire("job:1", wait=0.3)
+                stats = proxy.stats
+                observer = DynlockInstrumentor()._observer
+                assert observer is not None
+                queued = [args for _, args, _ in observer.counts.pending]
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    failed = [args[3] for args in queued if args[0] == "acquire_failed"]
+    assert len(failed) == 1 and "error" not in failed[0] and failed[0]["waited"] >= 0.3
+    points = otel_points(reader)
+    assert points[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "error")))] == ("Histogram", None, 1)
+    assert ("dynlock.acquire.duration", (*named, ("dynlock.outcome", "busy"))) not in points
+    throttled = sum(
+        amount
+        for (metric, labels), (_, _, amount) in points.items()
+        if metric == "dynlock.requests"
+        and ("dynlock.alias", alias) in labels
+        and ("dynlock.outcome", "throttled") in labels
+    )
+    assert stats["throttle"] == stats.requests == throttled >= 2
+
+
 def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):
     """contrib.opentelemetry takes its measures in batches (every RECORD_EVERY calls from
     the engine, and at each collection): from four threads at once, past several

@@ -380,8 +380,8 @@ class OpenTelemetryObserver(MeasuringObserver):
     def event(self, event: str, *, alias: str, name: str, info: Mapping[str, Any]) -> None:
         if event not in MEASURED_EVENTS:
             return
-        if "error" in info:  # acquire_failed: not the exception, whose traceback would be kept
-            info = {"waited": info.get("waited")}
+        if "error" in info:  # acquire_failed, at_risk: not the exception, whose traceback would be kept
+            info = {key: value for key, value in info.items() if key != "error"}
         self.counts.defer(self._measure_event, (event, alias, name, info))
 
     def _measure_event(self, event: str, alias: str, name: str, info: Mapping[str, Any]) -> None:
