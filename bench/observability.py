@@ -11,11 +11,17 @@ machine's drift hits all alike:
 - ``prometheus``: ``django_dynlock.contrib.prometheus.install()``;
 - ``otel``: ``DynlockInstrumentor().instrument()`` with the SDK's providers (spans to a
   ``BatchSpanProcessor`` whose exporter drops them, measures to an in-memory reader);
-- ``otel-unsampled``: the same with a sampler that drops every trace: the measures alone.
+- ``otel-unsampled``: the same with a sampler that drops every trace: the measures alone;
+- ``otel-metrics``: the instrumentor given a meter provider only, no tracer provider set
+  (the API's no-op tracer): the measures alone, as a project that exports no traces.
 
 Each child runs ``--cycles`` cycles per round after ``--warmup`` unmeasured ones; the
 report gives each mode's median over ``--rounds`` rounds and the median of the per-round
-differences to ``off`` (each round's modes run back to back). Every loop is bounded.
+differences to ``off`` (each round's modes run back to back). Then, in each child: the
+hooks of one recorded cycle replayed (``--replays``), ``--in-place`` real cycles with
+each of the engine's calls to the observers timed where it runs (where the on-minus-off
+difference goes), and ``--toggle-blocks`` pairs of blocks with the observers on and off.
+Every loop is bounded.
 
     python -m bench.observability                 # 15 rounds of 200 cycles: about 2 minutes
     python -m bench.observability --rounds 5 --cycles 100
@@ -40,7 +46,7 @@ from typing import Any
 from bench.clients import make_client, start_local_server
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
-MODES = ("before", "off", "prometheus", "otel", "otel-unsampled")
+MODES = ("before", "off", "prometheus", "otel", "otel-unsampled", "otel-metrics")
 
 
 def child(mode: str, endpoint: str) -> None:
@@ -70,6 +76,8 @@ def child(mode: str, endpoint: str) -> None:
             TracerProvider(sampler=ParentBased(ALWAYS_OFF)) if mode == "otel-unsampled" else TracerProvider()
         )
         tracer_provider.add_span_processor(BatchSpanProcessor(Drop()))
+        if mode == "otel-metrics":
+            tracer_provider = None  # the global one, never set: the API's no-op tracer
         DynlockInstrumentor().instrument(
             tracer_provider=tracer_provider, meter_provider=MeterProvider(metric_readers=[InMemoryMetricReader()])
         )
@@ -87,6 +95,9 @@ def child(mode: str, endpoint: str) -> None:
         if line.startswith("replay "):
             assert replay is not None
             print(json.dumps({"hooks_us": replay(int(line.split()[1]))}), flush=True)
+            continue
+        if line.startswith("inplace "):
+            print(json.dumps({"in_place": in_place(client, key, named, int(line.split()[1]))}), flush=True)
             continue
         cycles = int(line)
         cpu, wall = time.process_time(), time.perf_counter()
@@ -117,6 +128,62 @@ def toggled(client: Any, key: str, named: dict[str, Any], blocks: int, size: int
     finally:
         observe.OBSERVERS[:] = installed
     return diffs
+
+
+#: The engine's calls to the observers (engine/observe.py), timed in place.
+HOOKS = ("start_acquire", "start_release", "tell_request", "tell_event")
+
+
+def in_place(client: Any, key: str, named: dict[str, Any], cycles: int) -> dict[str, float]:
+    """Real cycles with each of the engine's calls to the observers timed where it runs
+    (thread CPU around it): where the on-minus-off difference goes, call by call, code
+    and caches as cold as on a lock's path. Also, inside them, the batch of
+    contrib.opentelemetry, and the ends of recorded spans (called by the engine apart).
+    CPU µs per cycle, the timer's own cost per call taken off; ``timer``: that cost."""
+    from django_dynlock.engine import observe
+
+    clock = time.thread_time_ns
+    spent: dict[str, list[int]] = {}
+
+    def timed(name: str, function: Any) -> Any:
+        tally = spent.setdefault(name, [0, 0])
+
+        def timing(*args: Any, **kwargs: Any) -> Any:
+            started = clock()
+            try:
+                return function(*args, **kwargs)
+            finally:
+                tally[0] += clock() - started
+                tally[1] += 1
+
+        return timing
+
+    patched: list[tuple[Any, str, Any]] = [(observe, name, getattr(observe, name)) for name in HOOKS]
+    otel = sys.modules.get("django_dynlock.contrib.opentelemetry")
+    if otel is not None:
+        batch = "_measure_pending" if hasattr(otel._Counts, "_measure_pending") else "flush"
+        patched += [(otel._Counts, batch, getattr(otel._Counts, batch))]
+        patched += [(kind, "end", kind.end) for kind in (otel._AcquireSpan, otel._ReleaseSpan)]
+    names = {batch: "batch" for batch in ("_measure_pending", "flush")}
+    for owner, name, function in patched:
+        label = getattr(owner, "__name__", "") + "." + name if name == "end" else names.get(name, name)
+        setattr(owner, name, timed(label, function))
+    nothing = timed("timer", lambda: None)
+    try:
+        for _ in range(cycles):
+            client.acquire(key, **named).release()
+            nothing()
+    finally:
+        for owner, name, function in patched:
+            setattr(owner, name, function)
+    timer = spent.pop("timer")[0] / cycles
+    # The batch's timer also adds to the event's or request's it runs in: one call in
+    # sixteen cycles, left in.
+    result = {"timer": timer / 1e3}
+    for label, (ns, calls) in spent.items():
+        if calls:  # a span's end is never called when no span is followed
+            result[label] = (ns - calls * timer) / cycles / 1e3
+    return result
 
 
 def recorded_cycle(client: Any, key: str, named: dict[str, Any]) -> Any:
@@ -250,7 +317,10 @@ def main() -> None:
     parser.add_argument("--replays", type=int, default=20000, help="cycles of the recorded hooks replayed")
     parser.add_argument("--toggle-blocks", type=int, default=200, help="pairs of blocks, observers on and off")
     parser.add_argument("--toggle-cycles", type=int, default=50, help="cycles per block")
-    parser.add_argument("--toggle-modes", default="prometheus,otel,otel-unsampled", help="the modes toggled on and off")
+    parser.add_argument("--in-place", type=int, default=2000, help="cycles with each hook timed in place (0: none)")
+    parser.add_argument(
+        "--toggle-modes", default="prometheus,otel,otel-unsampled,otel-metrics", help="the modes toggled on and off"
+    )
     parser.add_argument("--before", default="a08f6a3", help="the commit before observability (default: a08f6a3)")
     parser.add_argument("--child", choices=MODES, help=argparse.SUPPRESS)
     parser.add_argument("--endpoint", help=argparse.SUPPRESS)
@@ -276,6 +346,9 @@ def main() -> None:
                 for one in order if index % 2 == 0 else reversed(order):
                     results[one.mode].append(one.run(args.cycles))
             hooks = {one.mode: one.run_line(f"replay {args.replays}")["hooks_us"] for one in children[1:]}
+            timed = {
+                one.mode: one.run_line(f"inplace {args.in_place}")["in_place"] for one in children[2:] if args.in_place
+            }
             toggles = {
                 one.mode: one.run_line(f"toggle {args.toggle_blocks} {args.toggle_cycles}")["diffs_us"]
                 for one in children[2:]
@@ -285,7 +358,7 @@ def main() -> None:
         for one in children:
             one.stop()
         server.stop()
-    report(results, hooks, toggles, args)
+    report(results, hooks, toggles, args, timed)
 
 
 def report(
@@ -293,6 +366,7 @@ def report(
     hooks: dict[str, float],
     toggles: dict[str, list[float]],
     args: argparse.Namespace,
+    timed: dict[str, dict[str, float]],
 ) -> None:
     off = [r["cpu_us"] for r in results["off"]]
     if not off:
@@ -300,7 +374,26 @@ def report(
     else:
         rounds_table(results, off, args)
     hooks_and_toggles(hooks, toggles, args)
-    print(json.dumps({"args": vars(args), "results": results, "hooks": hooks, "toggles": toggles}), file=sys.stderr)
+    if timed:
+        in_place_table(timed, args)
+    print(
+        json.dumps({"args": vars(args), "results": results, "hooks": hooks, "toggles": toggles, "in_place": timed}),
+        file=sys.stderr,
+    )
+
+
+def in_place_table(timed: dict[str, dict[str, float]], args: argparse.Namespace) -> None:
+    print(
+        f"\nEach hook timed in place: {args.in_place:,} real cycles, thread CPU around each of the engine's "
+        "calls to the observers, the timer's own cost per call taken off (CPU µs per cycle)\n"
+    )
+    columns = [*HOOKS, "batch", "_AcquireSpan.end", "_ReleaseSpan.end"]
+    print("| mode | " + " | ".join(columns) + " | all (the batch is inside the events') | timer per call |")
+    print("|---|" + "---|" * (len(columns) + 2))
+    for mode, spent in timed.items():
+        total = sum(us for label, us in spent.items() if label not in ("timer", "batch"))
+        cells = " | ".join(f"{spent[label]:.1f}" if label in spent else "" for label in columns)
+        print(f"| {mode} | {cells} | {total:.1f} | {spent['timer']:.2f} |")
 
 
 def rounds_table(results: dict[str, list[dict[str, Any]]], off: list[float], args: argparse.Namespace) -> None:

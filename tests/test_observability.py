@@ -20,6 +20,7 @@ import subprocess
 import sys
 import textwrap
 import threading
+import time
 import urllib.request
 import uuid
 from concurrent.futures import ThreadPoolExecutor
@@ -598,9 +599,296 @@ def test_a_trace_the_sampler_drops_has_no_dynlock_span_and_its_measures_are_take
     assert points[("dynlock.held", named)] == ("Sum", False, 0)
 
 
+def test_a_sampler_that_follows_the_parent_gets_dynlocks_spans_under_a_sampled_parent_only(
+    dynamodb_local_server, settings
+):
+    """With ParentBased(ALWAYS_OFF), dynlock starts no span where the sampler is certain
+    to drop it (no parent, or an unsampled one, remote or local); under a sampled parent,
+    remote or local, the acquire's and the release's spans are recorded as ever, children
+    of that parent, in its trace."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+    from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    exporter = InMemorySpanExporter()
+    tracer_provider = TracerProvider(sampler=ParentBased(ALWAYS_OFF))
+    tracer_provider.add_span_processor(SimpleSpanProcessor(exporter))
+    # A sampled local parent: a span of this process, recorded (another provider's: its
+    # own span is not exported here, only dynlock's are).
+    local_sampled = TracerProvider().get_tracer("test").start_span("request")
+
+    def remote(trace_id: int, sampled: bool) -> NonRecordingSpan:
+        flags = TraceFlags(TraceFlags.SAMPLED if sampled else TraceFlags.DEFAULT)
+        return NonRecordingSpan(SpanContext(trace_id, 0xA1B2C3D4E5F6A7B8, is_remote=True, trace_flags=flags))
+
+    parents = {
+        "none": None,
+        "remote-sampled": remote(0x0123456789ABCDEF0123456789ABCDEF, True),
+        "remote-unsampled": remote(0x0123456789ABCDEF0123456789ABCDE0, False),
+        "local-sampled": local_sampled,
+        "local-unsampled": NonRecordingSpan(
+            SpanContext(0x0123456789ABCDEF0123456789ABCDE1, 0xB1B2C3D4E5F6A7B8, is_remote=False)
+        ),
+    }
+    DynlockInstrumentor().instrument(tracer_provider=tracer_provider, meter_provider=MeterProvider())
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as locks:
+            for label, parent in parents.items():
+                if parent is None:
+                    locks.acquire(f"parent:{label}", metrics_name=label).release()
+                    continue
+                with trace.use_span(parent, end_on_exit=False):
+                    locks.acquire(f"parent:{label}", metrics_name=label).release()
+    finally:
+        DynlockInstrumentor().uninstrument()
+        local_sampled.end()
+    spans = exporter.get_finished_spans()
+    assert sorted((span.attributes["dynlock.name"], span.name) for span in spans) == [
+        ("local-sampled", "dynlock.acquire"),
+        ("local-sampled", "dynlock.release"),
+        ("remote-sampled", "dynlock.acquire"),
+        ("remote-sampled", "dynlock.release"),
+    ]
+    for span in spans:
+        parent = parents[span.attributes["dynlock.name"]].get_span_context()
+        assert span.parent is not None and span.parent.span_id == parent.span_id
+        assert span.context.trace_id == parent.trace_id and span.context.trace_flags.sampled
+        assert span.attributes["dynlock.outcome"] in ("acquired", "released")
+
+
+def test_dynlock_knows_what_the_sdks_samplers_drop_and_asks_the_others():
+    """What the shortcut of contrib.opentelemetry relies on in the SDK installed: the
+    samplers it reads (a change of ParentBased's fields fails here, not silently slower),
+    and the ones it leaves to start_span: a ratio at the root, a sampler of the project's,
+    and a tracer whose SDK counts every span it starts, dropped ones too."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import (
+        ALWAYS_OFF,
+        ALWAYS_ON,
+        DEFAULT_OFF,
+        DEFAULT_ON,
+        ParentBased,
+        ParentBasedTraceIdRatio,
+        TraceIdRatioBased,
+    )
+
+    from django_dynlock.contrib.opentelemetry import _drop_rule
+
+    def rule(sampler):
+        return _drop_rule(TracerProvider(sampler=sampler).get_tracer("test"))
+
+    # (no parent, remote sampled, remote unsampled, local sampled, local unsampled)
+    assert rule(ALWAYS_OFF) == (True,) * 5
+    assert rule(DEFAULT_OFF) == rule(ParentBased(ALWAYS_OFF)) == (True, False, True, False, True)
+    assert rule(DEFAULT_ON) == (False, False, True, False, True)
+    assert rule(ParentBased(TraceIdRatioBased(0.1))) == (False, False, True, False, True)
+    assert rule(ParentBased(ALWAYS_OFF, remote_parent_sampled=ALWAYS_OFF)) == (True, True, True, False, True)
+    assert rule(ALWAYS_ON) is None  # nothing to skip
+    assert rule(TraceIdRatioBased(0.5)) is None
+    assert rule(ParentBasedTraceIdRatio(0.5)) is None  # a subclass: its own rules
+    assert rule(ParentBased(ALWAYS_OFF, local_parent_sampled=TraceIdRatioBased(0.5))) == (
+        True,
+        False,
+        True,
+        False,
+        True,
+    )
+    assert _drop_rule(trace.NoOpTracer()) == (True,) * 5
+    assert _drop_rule(object()) is None
+
+
+def test_an_sdk_that_counts_started_spans_sees_dynlocks_dropped_ones(dynamodb_local_server, settings, monkeypatch):
+    """With the SDK's own metrics on (otel.sdk.span.started counts spans dropped by the
+    sampler too), dynlock starts its spans as it did before it knew the sampler: the
+    count is the same."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor, _drop_rule
+
+    monkeypatch.setenv("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", "true")
+    reader = InMemoryMetricReader()
+    tracer_provider = TracerProvider(
+        sampler=ParentBased(ALWAYS_OFF), meter_provider=MeterProvider(metric_readers=[reader])
+    )
+    assert _drop_rule(tracer_provider.get_tracer("django_dynlock")) is None
+    DynlockInstrumentor().instrument(tracer_provider=tracer_provider, meter_provider=MeterProvider())
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as locks:
+            for _ in range(3):
+                locks.acquire("started:1").release()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    started = {
+        tuple(sorted(point.attributes.items())): point.value
+        for resource in reader.get_metrics_data().resource_metrics
+        for scope in resource.scope_metrics
+        for metric in scope.metrics
+        if metric.name == "otel.sdk.span.started"
+        for point in metric.data.data_points
+    }
+    assert started == {(("otel.span.parent.origin", "none"), ("otel.span.sampling_result", "DROP")): 6}
+
+
+def test_a_histograms_exemplars_are_the_trace_its_value_was_measured_in(dynamodb_local_server, settings):
+    """Values are handed to the SDK later than measured, in batches, by whichever thread
+    fills the batch or collects: each keeps the context it was measured in. A value
+    measured in a sampled span has that trace as its exemplar; one measured outside any
+    span has none, even when the thread that records it is inside a sampled span."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    reader = InMemoryMetricReader()
+    tracer = TracerProvider().get_tracer("test")
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+
+    def exemplars() -> dict[str, set[int]]:
+        """The trace ids of this alias's histograms' exemplars, by histogram."""
+        found: dict[str, set[int]] = {}
+        for resource in reader.get_metrics_data().resource_metrics:
+            for scope in resource.scope_metrics:
+                for metric in scope.metrics:
+                    for point in metric.data.data_points:
+                        if dict(point.attributes).get("dynlock.alias") == alias:
+                            for exemplar in getattr(point, "exemplars", ()):
+                                found.setdefault(metric.name, set()).add(exemplar.trace_id)
+        return found
+
+    DynlockInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        with fresh_table(settings, dynamodb_local_server.endpoint_url) as other:
+            client = client_for(dynamodb_local_server.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                client.acquire("exemplar:1", metrics_name="exemplar:{n}").release()  # outside any span
+                with tracer.start_as_current_span("another request") as elsewhere:
+                    outside = exemplars()  # recorded by this thread, in this span
+                with tracer.start_as_current_span("request") as request:
+                    client.acquire("exemplar:2", metrics_name="exemplar:{n}").release()
+                inside = exemplars()  # recorded outside any span
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    assert outside == {}, f"the recording thread's trace {elsewhere.get_span_context().trace_id:x} as exemplar"
+    trace_id = request.get_span_context().trace_id
+    assert set(inside) == {"dynlock.acquire.duration", "dynlock.hold.duration", "dynlock.request.duration"}
+    assert all(ids == {trace_id} for ids in inside.values()), inside
+    assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+def test_a_child_forked_while_another_thread_measures_a_batch_can_measure_and_collect():
+    """A batch being measured by another thread at the fork holds its lock in the child
+    too, where that thread does not exist: the child gets a free one, and measures and
+    collects (without it, the child's collection waits forever: killed after 10 s)."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib.opentelemetry import OpenTelemetryObserver
+
+    reader = InMemoryMetricReader()
+    observer = OpenTelemetryObserver(meter_provider=MeterProvider(metric_readers=[reader]))
+    observer.request(alias="fork", op="UpdateItem", outcome="ok", seconds=0.002)
+    measuring, forked = threading.Event(), threading.Event()
+
+    def measure_slowly() -> None:
+        with observer.counts.flushing:  # as a thread in the middle of a batch
+            measuring.set()
+            forked.wait(10)
+
+    holder = threading.Thread(target=measure_slowly)
+    holder.start()
+    try:
+        assert measuring.wait(10)
+        pid = os.fork()
+        if pid == 0:  # the child: collect, then leave without pytest's teardown
+            code = 1
+            try:
+                counted = [
+                    amount
+                    for (metric, labels), (_, _, amount) in otel_points(reader).items()
+                    if metric in ("dynlock.requests", "dynlock.request.duration")
+                    and ("dynlock.alias", "fork") in labels
+                ]
+                code = 0 if counted == [1, 1] else 2
+            finally:
+                os._exit(code)
+        forked.set()
+        ended, status = 0, 0
+        for _ in range(100):  # bounded: 10 s
+            ended, status = os.waitpid(pid, os.WNOHANG)
+            if ended:
+                break
+            time.sleep(0.1)
+        if not ended:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        assert ended and os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, "the child's collection never ended"
+    finally:
+        forked.set()
+        holder.join(10)
+
+
+def test_an_acquire_that_dynamodb_fails_reaches_opentelemetry_as_an_error(dynamodb_local_server, settings):
+    """The failed acquire's event is queued without its exception (the batch would keep
+    its traceback alive) and measured as an error; each throttled try counted."""
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from django_dynlock.contrib.opentelemetry import DynlockInstrumentor
+
+    reader = InMemoryMetricReader()
+    alias = f"obs-{uuid.uuid4().hex[:8]}"
+    named = (("dynlock.alias", alias), ("dynlock.name", "job"))
+    DynlockInstrumentor().instrument(meter_provider=MeterProvider(metric_readers=[reader]))
+    try:
+        with (
+            fresh_table(settings, dynamodb_local_server.endpoint_url) as other,
+            FaultProxy(dynamodb_local_server.endpoint_url) as proxy,
+        ):
+            client = client_for(proxy.endpoint_url, other.options.table_name, alias=alias)
+            try:
+                proxy.add_fault("throttle", times=1000)
+                with pytest.raises(BackendError):
+                    client.acquire("job:1", wait=0.3)
+                stats = proxy.stats
+                observer = DynlockInstrumentor()._observer
+                assert observer is not None
+                queued = [args for _, args, _ in observer.counts.pending]
+            finally:
+                client.close()
+    finally:
+        DynlockInstrumentor().uninstrument()
+    failed = [args[3] for args in queued if args[0] == "acquire_failed"]
+    assert len(failed) == 1 and "error" not in failed[0] and failed[0]["waited"] >= 0.3
+    points = otel_points(reader)
+    assert points[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "error")))] == ("Histogram", None, 1)
+    assert ("dynlock.acquire.duration", (*named, ("dynlock.outcome", "busy"))) not in points
+    throttled = sum(
+        amount
+        for (metric, labels), (_, _, amount) in points.items()
+        if metric == "dynlock.requests"
+        and ("dynlock.alias", alias) in labels
+        and ("dynlock.outcome", "throttled") in labels
+    )
+    assert stats["throttle"] == stats.requests == throttled >= 2
+
+
 def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(dynamodb_local_server, settings):
-    """contrib.opentelemetry records the histograms' values in the SDK in batches (every
-    RECORD_EVERY values, and at each collection): from four threads at once, past several
+    """contrib.opentelemetry takes its measures in batches (every RECORD_EVERY calls from
+    the engine, and at each collection): from four threads at once, past several
     batches, each acquire, hold and request is counted once."""
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -635,6 +923,8 @@ def test_histogram_values_recorded_in_batches_from_many_threads_are_all_counted(
     last = otel_points(reader)
     assert last[("dynlock.acquire.duration", (*named, ("dynlock.outcome", "acquired")))][2] == 101
     assert last[("dynlock.hold.duration", named)][2] == 101
+    # Counted up and down in the batches, by one thread at a time, in the order heard.
+    assert last[("dynlock.held", named)] == ("Sum", False, 0)
     requests = sum(
         amount
         for (metric, labels), (_, _, amount) in last.items()

@@ -13,7 +13,14 @@ from typing import Any
 
 from ..engine.observe import Observer
 
-__all__ = ["ACQUIRE_BUCKETS", "HEADROOM_BUCKETS", "HOLD_BUCKETS", "REQUEST_BUCKETS", "MeasuringObserver"]
+__all__ = [
+    "ACQUIRE_BUCKETS",
+    "HEADROOM_BUCKETS",
+    "HOLD_BUCKETS",
+    "MEASURED_EVENTS",
+    "REQUEST_BUCKETS",
+    "MeasuringObserver",
+]
 
 # Seconds. A waiter's wait runs from a few milliseconds (free) to WAIT_TIMEOUT; a hold
 # from a request's span to a nightly job's hours; a request to DynamoDB is milliseconds.
@@ -24,6 +31,10 @@ REQUEST_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
 # its 3 s safety margin and renewals every 8.5-10 s, 17-18.5 s. Near 0 a renewal was almost
 # too late: fine below 2 s, where an alert looks (docs/observability.md), short leases too.
 HEADROOM_BUCKETS = (0.0, 0.25, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 5.0, 7.5, 10.0, 15.0, 20.0, 30.0, 60.0, 120.0)
+
+
+#: The events ``MeasuringObserver.event`` makes measures of; it ignores the others.
+MEASURED_EVENTS = frozenset({"acquired", "busy", "released", "lost", "at_risk", "acquire_failed"})
 
 
 class MeasuringObserver(Observer):
