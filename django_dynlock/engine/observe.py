@@ -123,7 +123,8 @@ def remove_observer(observer: Observer) -> None:
 # and skipped: metrics never break a lock.
 
 
-def _failed(observer: object, what: str) -> None:
+def observer_failed(observer: object, what: str) -> None:
+    """Log an observer that raised (with its traceback) and go on: metrics never break a lock."""
     logger.exception("dynlock observer %r failed on %s", observer, what)
 
 
@@ -132,7 +133,7 @@ def tell_event(event: str, alias: str, name: str, info: Mapping[str, Any]) -> No
         try:
             observer.event(event, alias=alias, name=name, info=info)
         except Exception:
-            _failed(observer, event)
+            observer_failed(observer, event)
 
 
 def tell_failed(alias: str, key: str, given: str | None, waited: float, error: BaseException) -> None:
@@ -145,7 +146,7 @@ def tell_request(alias: str, op: str, outcome: str, seconds: float) -> None:
         try:
             observer.request(alias=alias, op=op, outcome=outcome, seconds=seconds)
         except Exception:
-            _failed(observer, op)
+            observer_failed(observer, op)
 
 
 def tell_renewed(alias: str, name: str, headroom: float) -> None:
@@ -153,7 +154,7 @@ def tell_renewed(alias: str, name: str, headroom: float) -> None:
         try:
             observer.renewed(alias=alias, name=name, headroom=headroom)
         except Exception:
-            _failed(observer, "renewal")
+            observer_failed(observer, "renewal")
 
 
 class _Acquires(AcquireObservation):
@@ -169,7 +170,7 @@ class _Acquires(AcquireObservation):
             try:
                 part.busy_look(looks, holder)
             except Exception:
-                _failed(part, "busy look")
+                observer_failed(part, "busy look")
 
     def end(self, outcome: str, *, waited: float, looks: int, token: int | None, error: BaseException | None) -> None:
         if self.ended:
@@ -179,7 +180,7 @@ class _Acquires(AcquireObservation):
             try:
                 part.end(outcome, waited=waited, looks=looks, token=token, error=error)
             except Exception:
-                _failed(part, "acquire end")
+                observer_failed(part, "acquire end")
 
 
 def start_acquire(alias: str, name: str, key: str) -> AcquireObservation | None:
@@ -188,7 +189,7 @@ def start_acquire(alias: str, name: str, key: str) -> AcquireObservation | None:
         try:
             part = observer.acquiring(alias=alias, name=name, key=key)
         except Exception:
-            _failed(observer, "acquire start")
+            observer_failed(observer, "acquire start")
             continue
         if part is not None:
             parts.append(part)
@@ -204,7 +205,7 @@ class _Releases(ReleaseObservation):
             try:
                 part.end(outcome, held=held, error=error)
             except Exception:
-                _failed(part, "release end")
+                observer_failed(part, "release end")
 
 
 def start_release(alias: str, name: str, key: str) -> ReleaseObservation | None:
@@ -213,7 +214,7 @@ def start_release(alias: str, name: str, key: str) -> ReleaseObservation | None:
         try:
             part = observer.releasing(alias=alias, name=name, key=key)
         except Exception:
-            _failed(observer, "release start")
+            observer_failed(observer, "release start")
             continue
         if part is not None:
             parts.append(part)

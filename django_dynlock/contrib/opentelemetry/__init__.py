@@ -30,7 +30,7 @@ from opentelemetry.context import Context, get_current
 from opentelemetry.metrics import Observation
 from opentelemetry.trace import NoOpTracer, ProxyTracer, Span, Status, StatusCode, get_current_span
 
-from ...engine.observe import AcquireObservation, ReleaseObservation, _failed, add_observer, remove_observer
+from ...engine.observe import AcquireObservation, ReleaseObservation, add_observer, observer_failed, remove_observer
 from ..measures import MEASURED_EVENTS, MeasuringObserver
 
 __all__ = ["DynlockInstrumentor", "OpenTelemetryObserver"]
@@ -234,7 +234,7 @@ class _Counts:
                 try:
                     measure(*args)
                 except Exception:
-                    _failed(measure, "a measure")  # the others are still taken
+                    observer_failed(measure, "a measure")  # the others are still taken
         finally:
             self.context = _NO_SPAN
 
