@@ -337,6 +337,7 @@ class Acquirer:
                             "update_item",
                             "acquire a lock",
                             attempts=1,
+                            hedge=True,  # a copy lands or fails by the same condition (seq, release slot)
                             # The item as it was: the token follows from its fence, and a
                             # holder it names is one this write took over (_log_takeover).
                             ReturnValues="ALL_OLD",

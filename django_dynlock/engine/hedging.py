@@ -1,0 +1,255 @@
+"""Hedged requests: a second copy of a request whose reply is late, the first answer wins.
+
+A reply that has not come after a few of this client's usual round trips is most
+likely stuck behind something that has nothing to do with the request: a slow
+connection, a packet lost, a front end that paused. A second copy, sent on another of
+the pool's connections, usually gets through at the usual latency (Dean and Barroso,
+"The Tail at Scale"). For a lock that matters more than for most requests: a holder
+whose release is late keeps every waiter out for as long.
+
+Only requests whose duplicate the protocol already survives are hedged (the Store
+says which: consistent reads, and the writes of an acquire, a renewal, a release and
+an undo, each of which recognises our own earlier success, docs/protocol.md). Both
+copies may land, in either order; what the caller sees is decided by :class:`Race`:
+
+- a reply wins at once: a read's, or a write's that was applied;
+- anything else (a failed condition, an error) waits for the other copy: a condition
+  that failed may have failed *because* the other copy landed first, and the other
+  copy may still land. So the caller hears "not applied" only when neither copy was
+  or can be, and "maybe applied" (the ambiguous error) whenever one may have been;
+- the copy that loses is left to finish in its thread; its reply goes nowhere (its
+  ``Date`` still informs the clock: it is as true as the winner's).
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .clock import monotonic
+from .failures import error_code, may_have_applied
+
+# The failures that are answers: a condition that did not hold (store.CONDITION_FAILED).
+_CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+# When to send the copy: HEDGE_FACTOR x the 90th percentile of this client's last
+# SAMPLES round trips, never before the HEDGE_AFTER setting (the floor) and never later
+# than HEDGE_CAP (a reply that late is not latency any more). Until WARM round trips
+# have been seen, the cap: a cold server's first replies (a JIT, a TLS handshake) are slow.
+HEDGE_FACTOR = 3.0
+HEDGE_CAP = 0.2
+SAMPLES = 32
+WARM = 8
+# Copies in flight at once, per client. A request that finds every thread busy is sent
+# on its caller's thread, unhedged: a hedge must never queue behind other requests.
+THREADS = 16
+
+
+class Race:
+    """What the caller of a hedged request sees, from its copies' outcomes in the order
+    they arrived. ``arrived`` returns True once that is decided; ``result`` then returns
+    the winning reply or raises the failure that stands for all of them."""
+
+    def __init__(self, copies: int = 2):
+        self.left = copies
+        self.reply: dict[str, Any] | None = None
+        self.failures: list[BaseException] = []
+
+    def arrived(self, reply: dict[str, Any] | None, failure: BaseException | None) -> bool:
+        self.left -= 1
+        if failure is None:
+            self.reply = reply
+            return True
+        self.failures.append(failure)
+        return self.left <= 0
+
+    def result(self) -> dict[str, Any]:
+        if self.reply is not None or not self.failures:
+            return self.reply or {}
+        raise settle(self.failures)
+
+
+def settle(failures: list[BaseException]) -> BaseException:
+    """The one failure that stands for every copy's, none of which was applied as far as
+    its reply says: what the caller's own code raised into a request first (it is not the
+    network's); then one that may have been applied (so the caller undoes or retries as
+    after any ambiguous failure); then a failed condition (neither copy was applied, and
+    the condition tells the caller why); else the first."""
+    for failure in failures:
+        if not isinstance(failure, (ClientError, BotoCoreError)):
+            return failure
+    for failure in failures:
+        if may_have_applied(failure):
+            return failure
+    for failure in failures:
+        if error_code(failure) in _CONDITION_FAILED:
+            return failure
+    return failures[0]
+
+
+class _Threads:
+    """Daemon threads that run copies, started as needed and kept: a copy left waiting for
+    a reply that never comes (up to a read timeout) must not hold up the interpreter's exit,
+    which a ThreadPoolExecutor's threads do (they are joined at exit)."""
+
+    def __init__(self, name: str):
+        self._name = name
+        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
+            queue.SimpleQueue()
+        )
+        self._lock = threading.Lock()
+        self._idle = 0
+        self._started = 0
+
+    def run(self, fn: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
+        with self._lock:
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._started += 1
+                threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
+        self._queue.put((fn, future))
+
+    def _work(self) -> None:
+        while True:
+            job = self._queue.get()
+            if job is None:
+                return
+            fn, future = job
+            del job
+            result: Any = None
+            error: BaseException | None = None
+            try:
+                result = fn()
+            except BaseException as exc:  # handed to the waiting caller, as a pool's would be
+                error = exc
+            with self._lock:  # idle before the caller hears: its next copy finds this thread
+                self._idle += 1
+            if error is None:
+                future.set_result(result)
+            else:
+                future.set_exception(error)
+            del fn, future, result, error
+
+    def shutdown(self) -> None:
+        """Let every thread end once it is idle (those sending finish their copy first)."""
+        with self._lock:
+            threads = self._started
+        for _ in range(threads):
+            self._queue.put(None)
+
+
+class Hedger:
+    """One client's hedged sending: its copies' threads and its round trips' latencies."""
+
+    def __init__(self, floor: float, *, threads: int = THREADS, name: str = "dynlock-hedge"):
+        self.floor = floor
+        self.threads = threads
+        self._name = name
+        self._lock = threading.Lock()
+        self._pool: _Threads | None = None
+        self._busy = 0
+        self._latencies: list[float] = []
+        self._next = 0
+        self._delay = max(floor, HEDGE_CAP)
+        self.hedged = 0  # copies sent: for tests and the curious
+
+    @property
+    def delay(self) -> float:
+        """How long a request waits for its reply before its copy goes out."""
+        return self._delay
+
+    def _learn(self, seconds: float) -> None:
+        with self._lock:
+            if len(self._latencies) < SAMPLES:
+                self._latencies.append(seconds)
+            else:
+                self._latencies[self._next] = seconds
+                self._next = (self._next + 1) % SAMPLES
+            seen = len(self._latencies)
+            if seen >= WARM and (seen < SAMPLES or self._next % 4 == 0):
+                ordered = sorted(self._latencies)
+                p90 = ordered[min(seen - 1, (seen * 9) // 10)]
+                self._delay = max(self.floor, min(HEDGE_CAP, HEDGE_FACTOR * p90))
+
+    def _take_thread(self) -> _Threads | None:
+        with self._lock:
+            if self._busy >= self.threads:
+                return None
+            if self._pool is None:
+                self._pool = _Threads(self._name)
+            self._busy += 1
+            return self._pool
+
+    def _give_back(self, _: Any = None) -> None:
+        with self._lock:
+            self._busy -= 1
+
+    def _start(
+        self, send: Callable[[str, dict[str, Any]], dict[str, Any]], operation: str, params: dict[str, Any]
+    ) -> concurrent.futures.Future[dict[str, Any]] | None:
+        pool = self._take_thread()
+        if pool is None:
+            return None
+        context = contextvars.copy_context()  # the caller's tracing span, for the request's observers
+
+        def timed() -> dict[str, Any]:
+            sent = monotonic()
+            try:
+                reply = context.run(send, operation, params)
+            except ClientError as exc:
+                if error_code(exc) in _CONDITION_FAILED:  # an answer: as much a round trip as a reply
+                    self._learn(monotonic() - sent)
+                raise
+            self._learn(monotonic() - sent)
+            return reply
+
+        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
+        future.add_done_callback(self._give_back)
+        pool.run(timed, future)
+        return future
+
+    def send(
+        self, send: Callable[[str, dict[str, Any]], dict[str, Any]], operation: str, params: dict[str, Any]
+    ) -> dict[str, Any]:
+        """``send(operation, params)``, hedged: a copy after ``delay`` if no answer came."""
+        first = self._start(send, operation, params)
+        if first is None:
+            return send(operation, params)
+        done, _ = concurrent.futures.wait((first,), timeout=self._delay)
+        if done:
+            return self._unwrap(first)
+        second = self._start(send, operation, dict(params))
+        if second is None:
+            return self._unwrap(first)
+        with self._lock:
+            self.hedged += 1
+        race = Race(2)
+        pending: set[concurrent.futures.Future[dict[str, Any]]] = {first, second}
+        while pending:
+            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
+            for future in done:
+                failure = future.exception()
+                if failure is None:
+                    if race.arrived(future.result(), None):
+                        return race.result()
+                elif race.arrived(None, failure):
+                    return race.result()
+        return race.result()
+
+    def _unwrap(self, future: concurrent.futures.Future[dict[str, Any]]) -> dict[str, Any]:
+        return future.result()  # or raises the request's failure as it was
+
+    def shutdown(self) -> None:
+        """Stop taking copies; those in flight finish in their threads."""
+        with self._lock:
+            pool, self._pool = self._pool, None
+            self.threads = 0
+        if pool is not None:
+            pool.shutdown()
