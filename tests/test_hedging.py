@@ -98,6 +98,30 @@ def test_a_late_acquire_is_hedged_and_its_late_copy_holds_nothing_after_the_rele
     again.release()
 
 
+def test_a_late_copy_of_an_acquire_that_lands_after_many_holders_is_freed_at_once(proxied):
+    # The release slot and ring refuse a late copy of our acquire only until 16 other holders
+    # came and went (docs/protocol.md, "Acquire"); at 50 handoffs a second a 0.3 s delay is
+    # that many, and the copy held the key for nobody until its expiry (10 s here). The copy's
+    # reply says it was applied after the other copy had won: the client frees the key then.
+    proxy, client, rival = proxied
+    landing = 2.0
+    late = proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=landing)
+    started = time.monotonic()
+    lease = client.acquire("k")
+    lease.release()
+    assert late.fired == 1 and client._store.hedger.hedged == 1
+    cycles = 0
+    while time.monotonic() - started < landing - 0.5 and cycles < 200:  # other holders, each its own owner
+        rival.acquire("k").release()
+        cycles += 1
+    assert cycles >= 40, cycles  # the ring and, most likely, our slot are overwritten
+    time.sleep(max(0.0, started + landing + 0.5 - time.monotonic()))  # the copy has landed
+    wait_free = time.monotonic()
+    again = rival.acquire("k", wait=9)
+    assert time.monotonic() - wait_free < 1.0
+    again.release()
+
+
 def test_an_applied_acquire_whose_reply_is_late_wins_over_its_copys_failed_condition(proxied):
     # The copy finds our own first copy's write: its condition fails on our own item. That
     # must not read as "busy": the race waits for the first copy, whose reply gives the lease.

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import contextvars
+import logging
 import queue
 import threading
 from collections.abc import Callable
@@ -34,6 +35,8 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from .clock import monotonic
 from .failures import error_code, may_have_applied
+
+logger = logging.getLogger("django_dynlock")
 
 # The failures that are answers: a condition that did not hold (store.CONDITION_FAILED).
 _CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledException")
@@ -216,9 +219,17 @@ class Hedger:
         return future
 
     def send(
-        self, send: Callable[[str, dict[str, Any]], dict[str, Any]], operation: str, params: dict[str, Any]
+        self,
+        send: Callable[[str, dict[str, Any]], dict[str, Any]],
+        operation: str,
+        params: dict[str, Any],
+        late: Callable[[dict[str, Any]], None] | None = None,
     ) -> dict[str, Any]:
-        """``send(operation, params)``, hedged: a copy after ``delay`` if no answer came."""
+        """``send(operation, params)``, hedged: a copy after ``delay`` if no answer came.
+
+        ``late``: called (on the copy's thread) with the reply of a copy that was applied
+        after the other had won: an acquire's, which can only have landed on a key we no
+        longer held, and must be freed (see docs/protocol.md, "Hedged requests")."""
         first = self._start(send, operation, params)
         if first is None:
             return send(operation, params)
@@ -238,10 +249,26 @@ class Hedger:
                 failure = future.exception()
                 if failure is None:
                     if race.arrived(future.result(), None):
+                        for loser in pending:
+                            self._watch(loser, late)
                         return race.result()
                 elif race.arrived(None, failure):
                     return race.result()
         return race.result()
+
+    @staticmethod
+    def _watch(loser: concurrent.futures.Future[dict[str, Any]], late: Callable[[dict[str, Any]], None] | None) -> None:
+        if late is None:
+            return
+
+        def landed(future: concurrent.futures.Future[dict[str, Any]]) -> None:
+            if future.exception() is None:
+                try:
+                    late(future.result())
+                except Exception:  # noqa: BLE001 (best effort: a late copy's key is taken over at its expiry)
+                    logger.warning("could not free a key a late copy held", exc_info=True)
+
+        loser.add_done_callback(landed)
 
     def _unwrap(self, future: concurrent.futures.Future[dict[str, Any]]) -> dict[str, Any]:
         return future.result()  # or raises the request's failure as it was

@@ -169,6 +169,7 @@ class Store:
         table: bool = True,
         throttled_for: float = 0.0,
         hedge: bool = False,
+        late: Callable[[dict[str, Any]], None] | None = None,
         **params: Any,
     ) -> dict[str, Any]:
         """One API request, retried quickly on transient failures.
@@ -186,7 +187,8 @@ class Store:
 
         ``hedge``: a copy of the request may go out while the first is late, the first
         answer winning (engine/hedging.py): only for a request whose duplicate, landing
-        in either order, the protocol survives.
+        in either order, the protocol survives; ``late`` is told of a copy applied after
+        the other had won (Hedger.send).
         """
         if table:
             params["TableName"] = self.options.table_name
@@ -196,7 +198,7 @@ class Store:
         failures = throttles = 0
         while True:
             try:
-                return self.send(operation, params, hedge=hedge)
+                return self.send(operation, params, hedge=hedge, late=late)
             except ClientError as exc:
                 if error_code(exc) in CONDITION_FAILED:
                     raise
@@ -216,7 +218,14 @@ class Store:
                 raise error
             time.sleep(backoff(self.options, failures - 1))
 
-    def send(self, operation: str, params: dict[str, Any], *, hedge: bool = False) -> dict[str, Any]:
+    def send(
+        self,
+        operation: str,
+        params: dict[str, Any],
+        *,
+        hedge: bool = False,
+        late: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """One request, on the wire path (or the boto3 client's method: WIRE); its reply's
         Date header narrows our view of DynamoDB's clock. ``hedge``: see ``call``.
         """
@@ -224,7 +233,7 @@ class Store:
         if hedger is None:
             return self._send_one(operation, params)
         self._check_open()
-        return hedger.send(self._send_one, operation, params)
+        return hedger.send(self._send_one, operation, params, late)
 
     def _send_one(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
         """One copy of a request: ``send`` without the hedge.
