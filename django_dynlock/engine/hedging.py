@@ -13,10 +13,16 @@ an undo, each of which recognises our own earlier success, docs/protocol.md). Bo
 copies may land, in either order; what the caller sees is decided by :class:`Race`:
 
 - a reply wins at once: a read's, or a write's that was applied;
-- anything else (a failed condition, an error) waits for the other copy: a condition
-  that failed may have failed *because* the other copy landed first, and the other
-  copy may still land. So the caller hears "not applied" only when neither copy was
-  or can be, and "maybe applied" (the ambiguous error) whenever one may have been;
+- a failure that says the copy may have been applied (a timeout, a 5xx) also ends the
+  race at once: the caller then undoes or retries as after any such failure, and the
+  other copy, if it lands, is one more late copy of the kind that failure allows for.
+  Waiting for it could only turn the failure into a reply, and a copy sent after a
+  stuck one and still unanswered when that one timed out is most likely stuck too: in
+  an outage, waiting would add the hedge's delay to every request;
+- a failure that says the copy was not applied (a failed condition, throttling, a
+  refused connection) waits for the other copy: a condition that failed may have
+  failed *because* the other copy landed first, and the other copy may still land.
+  So the caller hears "not applied" only when neither copy was or can be;
 - the copy that loses is left to finish in its thread; its reply goes nowhere (its
   ``Date`` still informs the clock: it is as true as the winner's).
 """
@@ -70,12 +76,18 @@ class Race:
             self.reply = reply
             return True
         self.failures.append(failure)
-        return self.left <= 0
+        return self.left <= 0 or _ends_the_race(failure)
 
     def result(self) -> dict[str, Any]:
         if self.reply is not None or not self.failures:
             return self.reply or {}
         raise settle(self.failures)
+
+
+def _ends_the_race(failure: BaseException) -> bool:
+    """A failure that stands whatever the other copy does: the caller's own exception, or
+    one that may have been applied (the outcome is ambiguous unless the other copy replies)."""
+    return not isinstance(failure, (ClientError, BotoCoreError)) or may_have_applied(failure)
 
 
 def settle(failures: list[BaseException]) -> BaseException:
