@@ -274,3 +274,25 @@ def test_hedge_after_is_validated():
     assert ClientOptions(hedge_after=None).hedge_after is None
     with pytest.raises(InvalidArgument):
         ClientOptions(hedge_after=-1.0)
+
+
+@pytest.mark.parametrize(
+    "value, expected",
+    [(-0.01, "dynlock.E006"), (float("nan"), "dynlock.E006"), ("0.05", "dynlock.E005"), (True, "dynlock.E005")],
+)
+def test_a_wrong_hedge_after_is_a_system_check_error(settings, value, expected):
+    from django.core import checks
+
+    settings.DYNLOCK = {"default": {"HEDGE_AFTER": value}}
+    assert expected in [m.id for m in checks.run_checks(tags=["dynlock"])]
+
+
+@pytest.mark.parametrize("value", [None, 0.05, 1])
+def test_hedge_after_none_or_seconds_passes_the_checks(settings, value):
+    from django.core import checks
+
+    from django_dynlock.conf import get_options
+
+    settings.DYNLOCK = {"default": {"HEDGE_AFTER": value}}
+    assert not [m.id for m in checks.run_checks(tags=["dynlock"]) if "HEDGE_AFTER" in m.msg]
+    assert get_options("default").hedge_after == (None if value is None else float(value))

@@ -29,7 +29,6 @@ copies may land, in either order; what the caller sees is decided by :class:`Rac
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextvars
 import logging
 import queue
@@ -109,55 +108,56 @@ def settle(failures: list[BaseException]) -> BaseException:
 
 
 class _Threads:
-    """Daemon threads that run copies, started as needed and kept: a copy left waiting for
-    a reply that never comes (up to a read timeout) must not hold up the interpreter's exit,
-    which a ThreadPoolExecutor's threads do (they are joined at exit)."""
+    """Daemon threads that run copies, started as needed (at most ``limit`` at once) and
+    kept. Daemons: a copy left waiting for a reply that never comes (up to a read timeout)
+    must not hold up the interpreter's exit, which a ThreadPoolExecutor's threads do (they
+    are joined at exit). Jobs are handed over on a SimpleQueue and answers come back on
+    another: a Future and ``concurrent.futures.wait`` cost several times as much CPU."""
 
-    def __init__(self, name: str):
+    def __init__(self, name: str, limit: int):
         self._name = name
-        self._queue: queue.SimpleQueue[tuple[Callable[[], Any], concurrent.futures.Future[Any]] | None] = (
-            queue.SimpleQueue()
-        )
+        self.limit = limit
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
+        self._busy = 0
         self._idle = 0
         self._started = 0
 
-    def run(self, fn: Callable[[], Any], future: concurrent.futures.Future[Any]) -> None:
+    def try_run(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` (which never raises) on a thread now, or say False: never queue behind others."""
         with self._lock:
+            if self._busy >= self.limit:
+                return False
+            self._busy += 1
             if self._idle:
                 self._idle -= 1
             else:
                 self._started += 1
                 threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
-        self._queue.put((fn, future))
+        self._jobs.put(job)
+        return True
 
     def _work(self) -> None:
         while True:
-            job = self._queue.get()
+            job = self._jobs.get()
             if job is None:
                 return
-            fn, future = job
+            job()
             del job
-            result: Any = None
-            error: BaseException | None = None
-            try:
-                result = fn()
-            except BaseException as exc:  # handed to the waiting caller, as a pool's would be
-                error = exc
-            with self._lock:  # idle before the caller hears: its next copy finds this thread
+            with self._lock:
+                self._busy -= 1
                 self._idle += 1
-            if error is None:
-                future.set_result(result)
-            else:
-                future.set_exception(error)
-            del fn, future, result, error
 
     def shutdown(self) -> None:
-        """Let every thread end once it is idle (those sending finish their copy first)."""
+        """No more jobs; every thread ends once idle (those sending finish their copy first)."""
         with self._lock:
+            self.limit = 0
             threads = self._started
         for _ in range(threads):
-            self._queue.put(None)
+            self._jobs.put(None)
+
+
+Answer = tuple[int, "dict[str, Any] | None", "BaseException | None"]
 
 
 class Hedger:
@@ -165,11 +165,8 @@ class Hedger:
 
     def __init__(self, floor: float, *, threads: int = THREADS, name: str = "dynlock-hedge"):
         self.floor = floor
-        self.threads = threads
-        self._name = name
+        self._threads = _Threads(name, threads)
         self._lock = threading.Lock()
-        self._pool: _Threads | None = None
-        self._busy = 0
         self._latencies: list[float] = []
         self._next = 0
         self._delay = max(floor, HEDGE_CAP)
@@ -193,43 +190,6 @@ class Hedger:
                 p90 = ordered[min(seen - 1, (seen * 9) // 10)]
                 self._delay = max(self.floor, min(HEDGE_CAP, HEDGE_FACTOR * p90))
 
-    def _take_thread(self) -> _Threads | None:
-        with self._lock:
-            if self._busy >= self.threads:
-                return None
-            if self._pool is None:
-                self._pool = _Threads(self._name)
-            self._busy += 1
-            return self._pool
-
-    def _give_back(self, _: Any = None) -> None:
-        with self._lock:
-            self._busy -= 1
-
-    def _start(
-        self, send: Callable[[str, dict[str, Any]], dict[str, Any]], operation: str, params: dict[str, Any]
-    ) -> concurrent.futures.Future[dict[str, Any]] | None:
-        pool = self._take_thread()
-        if pool is None:
-            return None
-        context = contextvars.copy_context()  # the caller's tracing span, for the request's observers
-
-        def timed() -> dict[str, Any]:
-            sent = monotonic()
-            try:
-                reply = context.run(send, operation, params)
-            except ClientError as exc:
-                if error_code(exc) in _CONDITION_FAILED:  # an answer: as much a round trip as a reply
-                    self._learn(monotonic() - sent)
-                raise
-            self._learn(monotonic() - sent)
-            return reply
-
-        future: concurrent.futures.Future[dict[str, Any]] = concurrent.futures.Future()
-        future.add_done_callback(self._give_back)
-        pool.run(timed, future)
-        return future
-
     def send(
         self,
         send: Callable[[str, dict[str, Any]], dict[str, Any]],
@@ -242,53 +202,75 @@ class Hedger:
         ``late``: called (on the copy's thread) with the reply of a copy that was applied
         after the other had won: an acquire's, which can only have landed on a key we no
         longer held, and must be freed (see docs/protocol.md, "Hedged requests")."""
-        first = self._start(send, operation, params)
-        if first is None:
-            return send(operation, params)
-        done, _ = concurrent.futures.wait((first,), timeout=self._delay)
-        if done:
-            return self._unwrap(first)
-        second = self._start(send, operation, dict(params))
-        if second is None:
-            return self._unwrap(first)
+        answers: queue.SimpleQueue[Answer] = queue.SimpleQueue()
+        # Once the race is won by a reply: (the winner, ``late``), read by the other copy
+        # when it answers; under ``watching``, so that ``late`` is called exactly once.
+        watch: list[tuple[int, Callable[[dict[str, Any]], None]] | None] = [None]
+        watching = threading.Lock()
+        context = contextvars.copy_context()  # the caller's tracing span, for the request's observers
+
+        def copy(index: int, params: dict[str, Any]) -> Callable[[], None]:
+            def job() -> None:
+                sent = monotonic()
+                reply: dict[str, Any] | None = None
+                failure: BaseException | None = None
+                try:
+                    reply = context.copy().run(send, operation, params)
+                except BaseException as exc:  # handed to the waiting caller, as a pool's would be
+                    failure = exc
+                if failure is None or error_code(failure) in _CONDITION_FAILED:  # an answer: a round trip
+                    self._learn(monotonic() - sent)
+                with watching:
+                    answers.put((index, reply, failure))
+                    won = watch[0]
+                if won is not None and reply is not None and won[0] != index:
+                    _tell_late(won[1], reply)
+
+            return job
+
+        if not self._threads.try_run(copy(0, params)):
+            return send(operation, params)  # every thread busy: unhedged, on this one
+        try:
+            answer = answers.get(timeout=self._delay)
+        except queue.Empty:
+            pass
+        else:
+            return _unwrap(answer)
+        if not self._threads.try_run(copy(1, dict(params))):
+            return _unwrap(answers.get())
         with self._lock:
             self.hedged += 1
         race = Race(2)
-        pending: set[concurrent.futures.Future[dict[str, Any]]] = {first, second}
-        while pending:
-            done, pending = concurrent.futures.wait(pending, return_when=concurrent.futures.FIRST_COMPLETED)
-            for future in done:
-                failure = future.exception()
-                if failure is None:
-                    if race.arrived(future.result(), None):
-                        for loser in pending:
-                            self._watch(loser, late)
-                        return race.result()
-                elif race.arrived(None, failure):
-                    return race.result()
-        return race.result()
-
-    @staticmethod
-    def _watch(loser: concurrent.futures.Future[dict[str, Any]], late: Callable[[dict[str, Any]], None] | None) -> None:
-        if late is None:
-            return
-
-        def landed(future: concurrent.futures.Future[dict[str, Any]]) -> None:
-            if future.exception() is None:
+        while True:
+            index, reply, failure = answers.get()
+            if race.arrived(reply, failure):
+                break
+        if race.reply is not None and race.left > 0 and late is not None:
+            with watching:
+                watch[0] = (index, late)
                 try:
-                    late(future.result())
-                except Exception:  # noqa: BLE001 (best effort: a late copy's key is taken over at its expiry)
-                    logger.warning("could not free a key a late copy held", exc_info=True)
-
-        loser.add_done_callback(landed)
-
-    def _unwrap(self, future: concurrent.futures.Future[dict[str, Any]]) -> dict[str, Any]:
-        return future.result()  # or raises the request's failure as it was
+                    other = answers.get_nowait()  # answered since, before it could see the watch
+                except queue.Empty:
+                    other = None
+            if other is not None and other[1] is not None:
+                _tell_late(late, other[1])
+        return race.result()
 
     def shutdown(self) -> None:
         """Stop taking copies; those in flight finish in their threads."""
-        with self._lock:
-            pool, self._pool = self._pool, None
-            self.threads = 0
-        if pool is not None:
-            pool.shutdown()
+        self._threads.shutdown()
+
+
+def _unwrap(answer: Answer) -> dict[str, Any]:
+    _, reply, failure = answer
+    if failure is not None:
+        raise failure  # the request's failure, as it was
+    assert reply is not None
+    return reply
+
+
+def _tell_late(late: Callable[[dict[str, Any]], None], reply: dict[str, Any]) -> None:
+    try:
+        late(reply)
+    except Exception:  # noqa: BLE001 (best effort: a late copy's key is taken over at its expiry)
+        logger.warning("could not free a key a late copy held", exc_info=True)
