@@ -122,6 +122,43 @@ def test_a_late_copy_of_an_acquire_that_lands_after_many_holders_is_freed_at_onc
     again.release()
 
 
+def test_a_release_whose_copy_fails_its_condition_reads_at_once_while_the_evidence_is_there(proxied):
+    # The first try is applied, its reply a 500; the retry's first copy is held 1 s, its
+    # copy's condition fails (the first try freed the key). Waiting for the held copy
+    # before looking let 16 other holders come and go, overwriting the release ring and
+    # most likely our slot: release() raised LockLost ("released") for a release of its
+    # own (bench.faults on dynalite, 1 in about 3,500 sections). A release's condition
+    # stays false once false: the copy's failure answers at once, and the item still
+    # shows our release.
+    proxy, client, rival = proxied
+    import threading
+
+    lease = client.acquire("k")
+    ours = lambda body: is_release(body) and body["ExpressionAttributeValues"][":me"]["S"] == lease.owner  # noqa: E731
+    proxy.add_fault("http500_applied", operation="UpdateItem", match=ours)
+    held = proxy.add_fault("delay", operation="UpdateItem", match=ours, delay_seconds=1.0)
+    stop = threading.Event()
+    cycles = [0]
+
+    def others() -> None:
+        while not stop.is_set() and cycles[0] < 500:
+            other = rival.acquire("k", wait=5)
+            time.sleep(0.02)  # 16 holders in about 0.4 s: after the hedge's copy, before the held one
+            other.release()
+            cycles[0] += 1
+
+    thread = threading.Thread(target=others)
+    thread.start()
+    try:
+        lease.release()  # was: LockLost
+    finally:
+        time.sleep(1.2)  # other holders come and go while the held copy waits, then it lands
+        stop.set()
+        thread.join(10)
+    assert held.fired == 1 and client._store.hedger.hedged >= 1
+    assert cycles[0] >= 20, cycles
+
+
 def test_an_applied_acquire_whose_reply_is_late_wins_over_its_copys_failed_condition(proxied):
     # The copy finds our own first copy's write: its condition fails on our own item. That
     # must not read as "busy": the race waits for the first copy, whose reply gives the lease.
@@ -235,8 +272,8 @@ TIMEOUT = ReadTimeoutError(endpoint_url="http://x")
         ([FIVE_HUNDRED], FIVE_HUNDRED),
     ],
 )
-def test_a_reply_or_a_maybe_applied_failure_ends_the_race_a_not_applied_one_waits(arrivals, expected):
-    race = Race(2)
+def test_an_acquires_race_ends_on_a_reply_or_a_maybe_applied_failure_a_not_applied_one_waits(arrivals, expected):
+    race = Race(2, patient=True)
     decided = False
     for index, arrival in enumerate(arrivals):
         failure = arrival if isinstance(arrival, BaseException) else None
@@ -248,6 +285,19 @@ def test_a_reply_or_a_maybe_applied_failure_ends_the_race_a_not_applied_one_wait
         assert raised.value is expected
     else:
         assert race.result() == expected
+
+
+@pytest.mark.parametrize("first", [{"ok": 1}, CONDITION, THROTTLED, TIMEOUT, FIVE_HUNDRED])
+def test_any_answer_ends_the_race_of_a_write_whose_condition_stays_false(first):
+    # A release or a renewal: it tells its own earlier success from the item, at once.
+    race = Race(2)
+    failure = first if isinstance(first, BaseException) else None
+    assert race.arrived(None if failure else first, failure)
+    if failure is None:
+        assert race.result() == first
+    else:
+        with pytest.raises(type(failure)):
+            race.result()
 
 
 def test_the_callers_own_exception_stands_for_every_copy():

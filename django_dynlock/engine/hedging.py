@@ -20,9 +20,14 @@ copies may land, in either order; what the caller sees is decided by :class:`Rac
   stuck one and still unanswered when that one timed out is most likely stuck too: in
   an outage, waiting would add the hedge's delay to every request;
 - a failure that says the copy was not applied (a failed condition, throttling, a
-  refused connection) waits for the other copy: a condition that failed may have
-  failed *because* the other copy landed first, and the other copy may still land.
-  So the caller hears "not applied" only when neither copy was or can be;
+  refused connection) ends the race too, except for an acquire's write, whose
+  condition can hold again later (the key frees): it waits for the other copy, for a
+  condition that failed may have failed *because* the other copy landed first, and
+  the other copy may still land. So an acquire hears "not applied" only when neither
+  copy was or can be. A release's or a renewal's condition, once false, stays false for
+  both copies (the owner and the sequence number only move on), and their callers
+  recognise a copy of theirs that landed first by what the item shows: answering at
+  once lets them read it before later holders overwrite it;
 - the copy that loses is left to finish in its thread; its reply goes nowhere (its
   ``Date`` still informs the clock: it is as true as the winner's).
 """
@@ -64,7 +69,8 @@ class Race:
     they arrived. ``arrived`` returns True once that is decided; ``result`` then returns
     the winning reply or raises the failure that stands for all of them."""
 
-    def __init__(self, copies: int = 2):
+    def __init__(self, copies: int = 2, *, patient: bool = False):
+        self.patient = patient  # a not-applied failure waits for the other copies (an acquire's)
         self.left = copies
         self.reply: dict[str, Any] | None = None
         self.failures: list[BaseException] = []
@@ -75,7 +81,7 @@ class Race:
             self.reply = reply
             return True
         self.failures.append(failure)
-        return self.left <= 0 or _ends_the_race(failure)
+        return self.left <= 0 or not self.patient or _ends_the_race(failure)
 
     def result(self) -> dict[str, Any]:
         if self.reply is not None or not self.failures:
@@ -199,9 +205,11 @@ class Hedger:
     ) -> dict[str, Any]:
         """``send(operation, params)``, hedged: a copy after ``delay`` if no answer came.
 
-        ``late``: called (on the copy's thread) with the reply of a copy that was applied
-        after the other had won: an acquire's, which can only have landed on a key we no
-        longer held, and must be freed (see docs/protocol.md, "Hedged requests")."""
+        ``late``: given for an acquire's write, whose condition can hold again later: a
+        failed condition waits for the other copy (``Race.patient``), and ``late`` is called
+        (on the copy's thread) with the reply of a copy that was applied after the other
+        had won, which can only have landed on a key we no longer held, and must be freed
+        (see docs/protocol.md, "Hedged requests")."""
         answers: queue.SimpleQueue[Answer] = queue.SimpleQueue()
         # Once the race is won by a reply: (the winner, ``late``), read by the other copy
         # when it answers; under ``watching``, so that ``late`` is called exactly once.
@@ -240,7 +248,7 @@ class Hedger:
             return _unwrap(answers.get())
         with self._lock:
             self.hedged += 1
-        race = Race(2)
+        race = Race(2, patient=late is not None)
         while True:
             index, reply, failure = answers.get()
             if race.arrived(reply, failure):

@@ -398,7 +398,7 @@ class World:
                 return (None, outcome) if isinstance(outcome, ClientError) else (outcome, None)
             return None, ReadTimeoutError(endpoint_url=ENDPOINT)
 
-        race = Race(2)
+        race = Race(2, patient=late is not None)
         if first_at <= second_at:
             if not race.arrived(*first_outcome()):
                 race.arrived(*second)
