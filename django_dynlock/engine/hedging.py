@@ -29,7 +29,9 @@ copies may land, in either order; what the caller sees is decided by :class:`Rac
   recognise a copy of theirs that landed first by what the item shows: answering at
   once lets them read it before later holders overwrite it;
 - the copy that loses is left to finish in its thread; its reply goes nowhere (its
-  ``Date`` still informs the clock: it is as true as the winner's).
+  ``Date`` still informs the clock: it is as true as the winner's), except an acquire's
+  copy that was applied after the other had won: it landed on a key we no longer held,
+  and its caller frees it (``late``).
 """
 
 from __future__ import annotations
