@@ -267,7 +267,7 @@ class DynlockContender(Contender):
     def __init__(self, spec: Spec, endpoint_url: str):
         super().__init__(spec, endpoint_url)
         extra: dict[str, Any] = {
-            k: spec.settings[k] for k in ("min_retry_delay", "max_retry_delay") if k in spec.settings
+            k: spec.settings[k] for k in ("min_retry_delay", "max_retry_delay", "hedge_after") if k in spec.settings
         }
         if "client_config" in spec.settings:  # botocore settings over the library's own defaults
             extra["client_config"] = merge_client_config(spec.settings["client_config"])

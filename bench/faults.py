@@ -59,7 +59,11 @@ FAULT_DELAY = 0.3  # seconds added to a delayed request
 RETRIES = {"on": 4, "off": 1}  # botocore's total_max_attempts (standard mode)
 
 PDL = cs.Spec("pdl-0.1", "python-dynamodb-lock (retry 0.1 s)", "pdl", {**cs.PDL_FAST, "retry_period": 0.1})
-LIBS = {spec.name: spec for spec in (cs.DYNLOCK, PDL)}
+# django-dynlock without hedged requests (HEDGE_AFTER None): what hedging buys, in the same run.
+UNHEDGED = cs.Spec(
+    "dynlock-unhedged", "django-dynlock (HEDGE_AFTER None)", "dynlock", {**cs.DYNLOCK.settings, "hedge_after": None}
+)
+LIBS = {spec.name: spec for spec in (cs.DYNLOCK, UNHEDGED, PDL)}
 
 ROUND_CAP = 60.0  # seconds one round may take before its workers give up
 START_TIMEOUT = 90.0

@@ -337,6 +337,8 @@ class Acquirer:
                             "update_item",
                             "acquire a lock",
                             attempts=1,
+                            hedge=True,  # a copy lands or fails by the same condition (seq, release slot)
+                            late=functools.partial(self._late_copy_landed, stored, attempt.owner),
                             # The item as it was: the token follows from its fence, and a
                             # holder it names is one this write took over (_log_takeover).
                             ReturnValues="ALL_OLD",
@@ -640,6 +642,16 @@ class Acquirer:
             attempt.ambiguous = True  # it is ours, but expired: undo it
             raise
         return applied, item
+
+    def _late_copy_landed(self, stored: str, owner: str, _: dict[str, Any]) -> None:
+        """A hedged acquire's copy was applied after the other copy had won: our own item
+        stood in its way until then (``seq``, the expiry, the record version), so it landed
+        on a key we had released, or lost, since. It holds the key for nobody: free it now
+        rather than at its expiry (the release slot refuses such a copy only until 16
+        holders have come and gone, and at 50 handoffs a second a 0.3 s delay is that many)."""
+        self.store.try_update(
+            "free a key a late copy of our acquire took", attempts=1, **self.keeper.release_request(stored, owner)
+        )
 
     def reserve(self, stored: str, owner: str, holder: str) -> bool:
         """Claim the next turn after ``holder``; whether the claim may have been written.

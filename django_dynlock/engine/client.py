@@ -635,6 +635,7 @@ class LockClient:
         self._closed = True
         self._keeper.heartbeater.stop()
         self._executors.shutdown()
+        self._store.close()
         # Leases we keep are no longer renewed: their holders must not trust them.
         for lease in list(self._keeper.held):
             self._keeper.lose(lease, "closed", "the lock client was closed")

@@ -145,7 +145,9 @@ class Keeper:
                 watch_only=self.stamper.watch_only(),
             )
             lease.upkeep.renewal_sent = sent
-            self.store.call("update_item", "renew a lease", throttled_for=self._renewal_patience(lease), **request)
+            self.store.call(
+                "update_item", "renew a lease", throttled_for=self._renewal_patience(lease), hedge=True, **request
+            )
         except ClientError as exc:
             item = self.store.old_item(exc, lease.stored_key)
             # Still ours with this write's number (or a later one): an earlier try of this
@@ -387,6 +389,7 @@ class Keeper:
                 "update_item",
                 "release a lock",
                 attempts=attempts,
+                hedge=True,
                 ReturnValuesOnConditionCheckFailure="ALL_OLD",
                 **self.release_request(lease.stored_key, lease.owner, lease.token),
             )
@@ -488,10 +491,13 @@ class Keeper:
         marked = self.store.try_update(
             action,
             attempts=attempts,
+            hedge=True,
             **rq.mark_slot(self.options, stored, owner=owner, mark=mark, now=self.clock.now()),
         )
         if marked is not None:  # else DynamoDB cannot be reached: the release would not get through either
-            self.store.try_update(action, attempts=attempts, **(release or self.release_request(stored, owner)))
+            self.store.try_update(
+                action, attempts=attempts, hedge=True, **(release or self.release_request(stored, owner))
+            )
 
     def disown(self, lease: Lease) -> None:
         """After a lease was taken from us or broken: no late write of ours may hold the key (two writes, on losses only)."""

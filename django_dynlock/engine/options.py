@@ -238,6 +238,9 @@ SETTINGS: tuple[Setting, ...] = (
     # How requests reach DynamoDB: "dynlock" (engine/wire.py: botocore's signer and
     # connection pool, without its per-request machinery) or "boto3" (the boto3 client's methods).
     Setting("wire", "dynlock", "'dynlock' or 'boto3'", (str,)),
+    # The least a request waits for its reply before a copy of it goes out (engine/hedging.py);
+    # None: never. Later than that when this client's round trips are slower (3 x their p90).
+    _seconds("hedge_after", 0.025, nullable=True),
 )
 SETTING = {setting.field: setting for setting in SETTINGS}
 _DEFAULT = {setting.field: setting.default for setting in SETTINGS}
@@ -364,6 +367,7 @@ class ClientOptions:
     key_attribute: str = _DEFAULT["key_attribute"]
     ttl_attribute: str = _DEFAULT["ttl_attribute"]
     wire: str = _DEFAULT["wire"]
+    hedge_after: float | None = _DEFAULT["hedge_after"]
     alias: str = "default"
     # Left out (None): our defaults, their timeouts fitted to lease_duration (as heartbeat_period).
     client_config: Config = field(default=cast(Config, None), repr=False, compare=False)

@@ -32,6 +32,7 @@ from .failures import (
     safe_endpoint,
     translate,
 )
+from .hedging import Hedger
 from .options import ClientOptions
 from .wire import Wire
 
@@ -70,6 +71,7 @@ class Store:
         self.clock = clock
         self._boto = boto_client
         self._wire: Wire | None = None
+        self._hedger: Hedger | None = None
         self._check_open = check_open
         self._lock = threading.Lock()
         self._pid = os.getpid()
@@ -119,6 +121,22 @@ class Store:
         return self._wire
 
     @property
+    def hedger(self) -> Hedger | None:
+        """Who sends the requests that may be hedged (engine/hedging.py); None when HEDGE_AFTER is None."""
+        if self.options.hedge_after is None:
+            return None
+        if self._hedger is None:
+            with self._lock:
+                if self._hedger is None:
+                    self._hedger = Hedger(self.options.hedge_after, name=f"dynlock-{self.options.alias}-hedge")
+        return self._hedger
+
+    def close(self) -> None:
+        """Stop the hedges' threads (requests in flight finish)."""
+        if self._hedger is not None:
+            self._hedger.shutdown()
+
+    @property
     def built(self) -> bool:
         """Whether the boto3 client exists yet (building it reads files: not on an event loop)."""
         return self._boto is not None
@@ -150,6 +168,8 @@ class Store:
         attempts: int | None = None,
         table: bool = True,
         throttled_for: float = 0.0,
+        hedge: bool = False,
+        late: Callable[[dict[str, Any]], None] | None = None,
         **params: Any,
     ) -> dict[str, Any]:
         """One API request, retried quickly on transient failures.
@@ -164,6 +184,11 @@ class Store:
         (MAX_RETRY_DELAY apart at most) without using up ``attempts``. A renewal's: a
         throttled partition serves whoever asks when its units come back, and waiters
         that back off leave them to a holder that keeps asking.
+
+        ``hedge``: a copy of the request may go out while the first is late, the first
+        answer winning (engine/hedging.py): only for a request whose duplicate, landing
+        in either order, the protocol survives; ``late`` is told of a copy applied after
+        the other had won (Hedger.send).
         """
         if table:
             params["TableName"] = self.options.table_name
@@ -173,7 +198,7 @@ class Store:
         failures = throttles = 0
         while True:
             try:
-                return self.send(operation, params)
+                return self.send(operation, params, hedge=hedge, late=late)
             except ClientError as exc:
                 if error_code(exc) in CONDITION_FAILED:
                     raise
@@ -193,9 +218,25 @@ class Store:
                 raise error
             time.sleep(backoff(self.options, failures - 1))
 
-    def send(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+    def send(
+        self,
+        operation: str,
+        params: dict[str, Any],
+        *,
+        hedge: bool = False,
+        late: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
         """One request, on the wire path (or the boto3 client's method: WIRE); its reply's
-        Date header narrows our view of DynamoDB's clock.
+        Date header narrows our view of DynamoDB's clock. ``hedge``: see ``call``.
+        """
+        hedger = self.hedger if hedge else None
+        if hedger is None:
+            return self._send_one(operation, params)
+        self._check_open()
+        return hedger.send(self._send_one, operation, params, late)
+
+    def _send_one(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
+        """One copy of a request: ``send`` without the hedge.
 
         An exception the caller's own code raised into the request (a signal handler, a
         soft time limit) is raised as it was, not as botocore wrapped it: it is not the
@@ -263,7 +304,12 @@ class Store:
     def get_item(self, stored_key: str, *, attempts: int | None = None) -> dict[str, Any] | None:
         """One consistent read of a key's item (``attempts=1`` in a waiting loop, which is its own retry)."""
         reply = self.call(
-            "get_item", "read a lock", attempts=attempts, Key=rq.key(self.options, stored_key), ConsistentRead=True
+            "get_item",
+            "read a lock",
+            attempts=attempts,
+            hedge=True,
+            Key=rq.key(self.options, stored_key),
+            ConsistentRead=True,
         )
         item: dict[str, Any] | None = reply.get("Item")
         return item
@@ -288,11 +334,13 @@ class Store:
             )
         return self.get_item(stored_key, attempts=attempts)
 
-    def try_update(self, action: str, *, attempts: int | None = None, **params: Any) -> bool | None:
+    def try_update(
+        self, action: str, *, attempts: int | None = None, hedge: bool = False, **params: Any
+    ) -> bool | None:
         """A best-effort write: True if applied, False if its condition failed, None if DynamoDB could not be reached."""
         stored = params["Key"][self.options.key_attribute]["S"]
         try:
-            self.call("update_item", action, attempts=attempts, **params)
+            self.call("update_item", action, attempts=attempts, hedge=hedge, **params)
         except ClientError:
             return False
         except DynLockError as exc:

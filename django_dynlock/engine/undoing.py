@@ -114,6 +114,7 @@ class Undoer:
                             "update_item",
                             UNDO,
                             attempts=1,
+                            hedge=True,
                             **rq.mark_slot(
                                 self.options, undo.stored, owner=undo.owner, mark="undone:", now=self.clock.now()
                             ),
@@ -130,7 +131,7 @@ class Undoer:
         """One try of a write conditioned on our owner id: a failed condition means that
         nothing of ours is left to undo there (never ours, undone already, or another's now)."""
         try:
-            self.store.call("update_item", action, attempts=1, **request)
+            self.store.call("update_item", action, attempts=1, hedge=True, **request)
         except ClientError:
             pass
 

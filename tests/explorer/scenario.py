@@ -48,7 +48,19 @@ from django_dynlock.engine.store import Store
 from django_dynlock.exceptions import DynLockError, LockLost, LockNotAcquired
 from localdynamo.servers import DUMMY_REGION
 
-from .world import ENDPOINT, T0, Actor, Choices, Crashed, SimHeartbeater, VirtualTime, VirtualUUID, Wire, World
+from .world import (
+    ENDPOINT,
+    T0,
+    Actor,
+    Choices,
+    Crashed,
+    SimHeartbeater,
+    VirtualTime,
+    VirtualUUID,
+    Wire,
+    World,
+    WorldHedger,
+)
 
 KEYS = ["key-a", "key-b"]
 RETENTION = 5.0  # with Choices(clocks=True): TTL may delete a lock item soon (the "ttl" operation)
@@ -410,6 +422,7 @@ class Scenario:
     def _client(self, actor: Actor) -> LockClient:
         def build() -> LockClient:
             client = LockClient(self._options(), boto_client=Wire(self.world, actor))
+            client._store._hedger = WorldHedger(self.world, actor)  # type: ignore[assignment]
             client._keeper.heartbeater = SimHeartbeater(self.world, actor, client._keeper.heartbeat)  # type: ignore[assignment]
             client.add_listener(self._heard)
             return client

@@ -106,6 +106,25 @@ def test_no_schedule_of_disagreeing_clocks_and_handovers_breaks_an_invariant(sto
     explore(Choices(data, clocks=True), store)
 
 
+# Hedged requests (engine/hedging.py): a request the engine would hedge may be late (held
+# before it lands, or applied with its reply late or lost) and get a second copy with a fate
+# of its own; the sender sees the engine's own Race of the two (World.hedged). Behind
+# Choices(hedge=True), so that the other searches and seeds keep their schedules.
+@searching(1000 if LONG else 60)
+@given(st.data())
+def test_no_schedule_with_hedged_requests_breaks_an_invariant(store, data):
+    explore(Choices(data, hedge=True), store)
+
+
+def test_seeded_schedules_with_hedged_requests_keep_every_invariant(store):
+    hedged = replies = 0
+    for seed in range(40):
+        trace = explore(SeededChoices(seed, hedge=True), store).world.trace
+        hedged += sum("hedged: first copy" in line for line in trace)
+        replies += sum(line.endswith("hedged: reply") for line in trace)
+    assert hedged >= 40 and 0 < replies < hedged, (hedged, replies)  # the draw is exercised, both ways
+
+
 @pytest.mark.parametrize("seed", sorted(COUNTEREXAMPLES))
 def test_counterexample_stays_fixed(store, seed):
     explore(SeededChoices(seed), store)

@@ -64,7 +64,13 @@ class Choices:
     so that Hypothesis, shrinking towards 0, shrinks towards a schedule without faults."""
 
     def __init__(
-        self, data: Any = None, replay: list[int] | None = None, *, ambush: bool = False, clocks: bool = False
+        self,
+        data: Any = None,
+        replay: list[int] | None = None,
+        *,
+        ambush: bool = False,
+        clocks: bool = False,
+        hedge: bool = False,
     ):
         self._data = data
         self._replay = list(replay or [])
@@ -79,6 +85,9 @@ class Choices:
         # ordered writes and its replays. Off by default, so that every other search, replay
         # and seed draws the schedules it always drew.
         self.ambush = ambush
+        # Whether a request the engine would hedge (engine/hedging.py) may be late and get a
+        # second copy (World.hedged). Off by default, for the same reason.
+        self.hedge = hedge
 
     def pick(self, n: int) -> int:
         if n <= 1:
@@ -113,8 +122,8 @@ class SeededChoices(Choices):
     a change that adds or removes one shifts the stream after it (so do recorded lists).
     """
 
-    def __init__(self, seed: int, *, clocks: bool = False):
-        super().__init__(clocks=clocks)
+    def __init__(self, seed: int, *, clocks: bool = False, hedge: bool = False):
+        super().__init__(clocks=clocks, hedge=hedge)
         self._random = random.Random(seed)
 
     def pick(self, n: int) -> int:
@@ -316,6 +325,95 @@ class World:
             raise outcome
         return outcome
 
+    def hedged(
+        self,
+        actor: Actor,
+        send: Callable[[str, dict[str, Any]], dict[str, Any]],
+        operation: str,
+        params: dict[str, Any],
+        late: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """A request the engine would hedge (Store.send with ``hedge``): with ``Choices(hedge=True)``
+        its first copy may be late, held in the network before it lands or applied with its
+        reply late (or never: lost), and a second copy goes out ``send`` (meeting a fate of
+        its own) after a hedge delay. What the sender sees is the engine's own ``Race`` of the
+        two, fed their outcomes in the order they arrive: the first copy's may come while the
+        second is in flight (the sender then wakes late, as a thread can), or after it. A
+        first copy applied after the second had won is told to ``late`` when its reply comes."""
+        if not self.choices.hedge or self.healed or self.now < actor.cut_until:
+            return send(operation, params)
+        if not self.choices.weighted([(False, 6), (True, 1)]):
+            return send(operation, params)
+        from django_dynlock.engine.hedging import Race
+
+        self._step()
+        if self.rewrite is not None:
+            params = self.rewrite(operation, params)
+        api = self.store.meta.method_to_api_mapping[operation]
+        started = self.now
+        timeout = self.choices.one_of([2.0, 0.3])
+        kind = self.choices.one_of(["held", "slow_reply"])
+        lands = self.choices.one_of([0.05, 0.5, 1.5, None]) if kind == "held" else 0.002
+        replies = (lands or 0.0) + (self.choices.one_of([0.05, 0.5, 1.5]) if kind == "slow_reply" else 0.002)
+        self.log(f"{actor.name} {api} hedged: first copy {kind}, lands {lands}, reply at {replies}")
+        first: list[Any] = []
+        frozen = _deepcopy(params)
+        # Its reply, or the timeout, reaches the sender then.
+        first_at = started + replies if lands is not None and replies < timeout else started + timeout
+        lost_race: list[bool] = []  # set once the second copy won
+
+        def tell_late() -> None:
+            outcome = first[0]
+            if late is not None and not isinstance(outcome, ClientError) and first_at < started + timeout:
+
+                def told() -> None:
+                    if not actor.crashed:
+                        self.log(f"{actor.name} hears its first copy of {api} was applied late")
+                        late(outcome)
+
+                self.at(first_at, actor, told)
+
+        if lands is not None:
+
+            def land() -> None:
+                self.log(f"{actor.name}'s first copy of {api} lands")
+                first.append(self._apply(operation, frozen, to=actor))
+                if lost_race:
+                    tell_late()
+
+            self.at(started + lands, None, land)
+        self.sleep(self.choices.one_of([0.005, 0.03]))  # the hedge delay: the first reply is late
+        second: tuple[dict[str, Any] | None, BaseException | None]
+        try:
+            second = (send(operation, params), None)
+        except Crashed:
+            raise
+        except Exception as exc:
+            second = (None, exc)
+        second_at = self.now
+
+        def first_outcome() -> tuple[dict[str, Any] | None, BaseException | None]:
+            if first and first_at < started + timeout:
+                outcome = first[0]
+                return (None, outcome) if isinstance(outcome, ClientError) else (outcome, None)
+            return None, ReadTimeoutError(endpoint_url=ENDPOINT)
+
+        race = Race(2, patient=late is not None)
+        if first_at <= second_at:
+            if not race.arrived(*first_outcome()):
+                race.arrived(*second)
+        elif not race.arrived(*second):
+            self.sleep(first_at - self.now)
+            if actor.crashed:
+                raise Crashed(actor.name)
+            race.arrived(*first_outcome())
+        if race.reply is not None and race.reply is second[0]:
+            lost_race.append(True)
+            if first:
+                tell_late()
+        self.log(f"{actor.name} {api} hedged: {'reply' if race.reply is not None else 'failed'}")
+        return race.result()
+
     def _hold(
         self, actor: Actor, api: str, operation: str, params: dict[str, Any], later: float | str, *, copy: bool
     ) -> None:
@@ -423,6 +521,28 @@ def _takeovers(params: dict[str, Any]) -> dict[str, float]:
         for update in _updates(params)
         if ":earliest" in update.get("ExpressionAttributeValues", {}) and "Key" in update
     }
+
+
+class WorldHedger:
+    """The Store's hedger in the world (engine/hedging.py's Hedger uses threads and real time):
+    each request the engine would hedge goes to World.hedged."""
+
+    def __init__(self, world: World, actor: Actor):
+        self._world = world
+        self._actor = actor
+        self.hedged = 0
+
+    def send(
+        self,
+        send: Callable[[str, dict[str, Any]], dict[str, Any]],
+        operation: str,
+        params: dict[str, Any],
+        late: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        return self._world.hedged(self._actor, send, operation, params, late)
+
+    def shutdown(self) -> None:
+        pass
 
 
 class Wire:

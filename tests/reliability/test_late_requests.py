@@ -52,12 +52,17 @@ def moto_table(moto_server):
     delete_table(moto_server.endpoint_url, table)
 
 
-@pytest.fixture
-def proxied(moto_table):
+# Each case with the holder's requests hedged (a copy after HEDGE_AFTER, long before the
+# read timeout: the late request's copy races it) and without (the retry after the timeout).
+@pytest.fixture(params=["hedged", "unhedged"])
+def proxied(moto_table, request):
     """(proxy, holder through the proxy, rival straight to the server)."""
     endpoint, table = moto_table
+    hedge = {} if request.param == "hedged" else {"hedge_after": None}
     with FaultProxy(endpoint, max_seconds=60, record=True) as proxy:
-        holder = client_for(proxy.endpoint_url, table, lease_duration=3.0, heartbeat_period=1.0, client_config=CONFIG)
+        holder = client_for(
+            proxy.endpoint_url, table, lease_duration=3.0, heartbeat_period=1.0, client_config=CONFIG, **hedge
+        )
         rival = client_for(endpoint, table, lease_duration=3.0, heartbeat_period=1.0)
         try:
             yield proxy, holder, rival

@@ -1,0 +1,286 @@
+"""Hedged requests: a second copy of a request whose reply is late, the first answer wins.
+
+A reply that has not come after a few of this client's usual round trips is most
+likely stuck behind something that has nothing to do with the request: a slow
+connection, a packet lost, a front end that paused. A second copy, sent on another of
+the pool's connections, usually gets through at the usual latency (Dean and Barroso,
+"The Tail at Scale"). For a lock that matters more than for most requests: a holder
+whose release is late keeps every waiter out for as long.
+
+Only requests whose duplicate the protocol already survives are hedged (the Store
+says which: consistent reads, and the writes of an acquire, a renewal, a release and
+an undo, each of which recognises our own earlier success, docs/protocol.md). Both
+copies may land, in either order; what the caller sees is decided by :class:`Race`:
+
+- a reply wins at once: a read's, or a write's that was applied;
+- a failure that says the copy may have been applied (a timeout, a 5xx) also ends the
+  race at once: the caller then undoes or retries as after any such failure, and the
+  other copy, if it lands, is one more late copy of the kind that failure allows for.
+  Waiting for it could only turn the failure into a reply, and a copy sent after a
+  stuck one and still unanswered when that one timed out is most likely stuck too: in
+  an outage, waiting would add the hedge's delay to every request;
+- a failure that says the copy was not applied (a failed condition, throttling, a
+  refused connection) ends the race too, except for an acquire's write, whose
+  condition can hold again later (the key frees): it waits for the other copy, for a
+  condition that failed may have failed *because* the other copy landed first, and
+  the other copy may still land. So an acquire hears "not applied" only when neither
+  copy was or can be. A release's or a renewal's condition, once false, stays false for
+  both copies (the owner and the sequence number only move on), and their callers
+  recognise a copy of theirs that landed first by what the item shows: answering at
+  once lets them read it before later holders overwrite it;
+- the copy that loses is left to finish in its thread; its reply goes nowhere (its
+  ``Date`` still informs the clock: it is as true as the winner's), except an acquire's
+  copy that was applied after the other had won: it landed on a key we no longer held,
+  and its caller frees it (``late``).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError
+
+from .clock import monotonic
+from .failures import error_code, may_have_applied
+
+logger = logging.getLogger("django_dynlock")
+
+# The failures that are answers: a condition that did not hold (store.CONDITION_FAILED).
+_CONDITION_FAILED = ("ConditionalCheckFailedException", "TransactionCanceledException")
+
+# When to send the copy: HEDGE_FACTOR x the 90th percentile of this client's last
+# SAMPLES round trips, never before the HEDGE_AFTER setting (the floor) and never later
+# than HEDGE_CAP (a reply that late is not latency any more). Until WARM round trips
+# have been seen, the cap: a cold server's first replies (a JIT, a TLS handshake) are slow.
+HEDGE_FACTOR = 3.0
+HEDGE_CAP = 0.2
+SAMPLES = 32
+WARM = 8
+# Copies in flight at once, per client. A request that finds every thread busy is sent
+# on its caller's thread, unhedged: a hedge must never queue behind other requests.
+THREADS = 16
+
+
+class Race:
+    """What the caller of a hedged request sees, from its copies' outcomes in the order
+    they arrived. ``arrived`` returns True once that is decided; ``result`` then returns
+    the winning reply or raises the failure that stands for all of them."""
+
+    def __init__(self, copies: int = 2, *, patient: bool = False):
+        self.patient = patient  # a not-applied failure waits for the other copies (an acquire's)
+        self.left = copies
+        self.reply: dict[str, Any] | None = None
+        self.failures: list[BaseException] = []
+
+    def arrived(self, reply: dict[str, Any] | None, failure: BaseException | None) -> bool:
+        self.left -= 1
+        if failure is None:
+            self.reply = reply
+            return True
+        self.failures.append(failure)
+        return self.left <= 0 or not self.patient or _ends_the_race(failure)
+
+    def result(self) -> dict[str, Any]:
+        if self.reply is not None or not self.failures:
+            return self.reply or {}
+        raise settle(self.failures)
+
+
+def _ends_the_race(failure: BaseException) -> bool:
+    """A failure that stands whatever the other copy does: the caller's own exception, or
+    one that may have been applied (the outcome is ambiguous unless the other copy replies)."""
+    return not isinstance(failure, (ClientError, BotoCoreError)) or may_have_applied(failure)
+
+
+def settle(failures: list[BaseException]) -> BaseException:
+    """The one failure that stands for every copy's, none of which was applied as far as
+    its reply says: what the caller's own code raised into a request first (it is not the
+    network's); then one that may have been applied (so the caller undoes or retries as
+    after any ambiguous failure); then a failed condition (neither copy was applied, and
+    the condition tells the caller why); else the first."""
+    for failure in failures:
+        if not isinstance(failure, (ClientError, BotoCoreError)):
+            return failure
+    for failure in failures:
+        if may_have_applied(failure):
+            return failure
+    for failure in failures:
+        if error_code(failure) in _CONDITION_FAILED:
+            return failure
+    return failures[0]
+
+
+class _Threads:
+    """Daemon threads that run copies, started as needed (at most ``limit`` at once) and
+    kept. Daemons: a copy left waiting for a reply that never comes (up to a read timeout)
+    must not hold up the interpreter's exit, which a ThreadPoolExecutor's threads do (they
+    are joined at exit). Jobs are handed over on a SimpleQueue and answers come back on
+    another: a Future and ``concurrent.futures.wait`` cost several times as much CPU."""
+
+    def __init__(self, name: str, limit: int):
+        self._name = name
+        self.limit = limit
+        self._jobs: queue.SimpleQueue[Callable[[], None] | None] = queue.SimpleQueue()
+        self._lock = threading.Lock()
+        self._busy = 0
+        self._idle = 0
+        self._started = 0
+
+    def try_run(self, job: Callable[[], None]) -> bool:
+        """Run ``job`` (which never raises) on a thread now, or say False: never queue behind others."""
+        with self._lock:
+            if self._busy >= self.limit:
+                return False
+            self._busy += 1
+            if self._idle:
+                self._idle -= 1
+            else:
+                self._started += 1
+                threading.Thread(target=self._work, name=f"{self._name}-{self._started}", daemon=True).start()
+        self._jobs.put(job)
+        return True
+
+    def _work(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            job()
+            del job
+            with self._lock:
+                self._busy -= 1
+                self._idle += 1
+
+    def shutdown(self) -> None:
+        """No more jobs; every thread ends once idle (those sending finish their copy first)."""
+        with self._lock:
+            self.limit = 0
+            threads = self._started
+        for _ in range(threads):
+            self._jobs.put(None)
+
+
+Answer = tuple[int, "dict[str, Any] | None", "BaseException | None"]
+
+
+class Hedger:
+    """One client's hedged sending: its copies' threads and its round trips' latencies."""
+
+    def __init__(self, floor: float, *, threads: int = THREADS, name: str = "dynlock-hedge"):
+        self.floor = floor
+        self._threads = _Threads(name, threads)
+        self._lock = threading.Lock()
+        self._latencies: list[float] = []
+        self._next = 0
+        self._delay = max(floor, HEDGE_CAP)
+        self.hedged = 0  # copies sent: for tests and the curious
+
+    @property
+    def delay(self) -> float:
+        """How long a request waits for its reply before its copy goes out."""
+        return self._delay
+
+    def _learn(self, seconds: float) -> None:
+        with self._lock:
+            if len(self._latencies) < SAMPLES:
+                self._latencies.append(seconds)
+            else:
+                self._latencies[self._next] = seconds
+                self._next = (self._next + 1) % SAMPLES
+            seen = len(self._latencies)
+            if seen >= WARM and (seen < SAMPLES or self._next % 4 == 0):
+                ordered = sorted(self._latencies)
+                p90 = ordered[min(seen - 1, (seen * 9) // 10)]
+                self._delay = max(self.floor, min(HEDGE_CAP, HEDGE_FACTOR * p90))
+
+    def send(
+        self,
+        send: Callable[[str, dict[str, Any]], dict[str, Any]],
+        operation: str,
+        params: dict[str, Any],
+        late: Callable[[dict[str, Any]], None] | None = None,
+    ) -> dict[str, Any]:
+        """``send(operation, params)``, hedged: a copy after ``delay`` if no answer came.
+
+        ``late``: given for an acquire's write, whose condition can hold again later: a
+        failed condition waits for the other copy (``Race.patient``), and ``late`` is called
+        (on the copy's thread) with the reply of a copy that was applied after the other
+        had won, which can only have landed on a key we no longer held, and must be freed
+        (see docs/protocol.md, "Hedged requests")."""
+        answers: queue.SimpleQueue[Answer] = queue.SimpleQueue()
+        # Once the race is won by a reply: (the winner, ``late``), read by the other copy
+        # when it answers; under ``watching``, so that ``late`` is called exactly once.
+        watch: list[tuple[int, Callable[[dict[str, Any]], None]] | None] = [None]
+        watching = threading.Lock()
+        context = contextvars.copy_context()  # the caller's tracing span, for the request's observers
+
+        def copy(index: int, params: dict[str, Any]) -> Callable[[], None]:
+            def job() -> None:
+                sent = monotonic()
+                reply: dict[str, Any] | None = None
+                failure: BaseException | None = None
+                try:
+                    reply = context.copy().run(send, operation, params)
+                except BaseException as exc:  # handed to the waiting caller, as a pool's would be
+                    failure = exc
+                if failure is None or error_code(failure) in _CONDITION_FAILED:  # an answer: a round trip
+                    self._learn(monotonic() - sent)
+                with watching:
+                    answers.put((index, reply, failure))
+                    won = watch[0]
+                if won is not None and reply is not None and won[0] != index:
+                    _tell_late(won[1], reply)
+
+            return job
+
+        if not self._threads.try_run(copy(0, params)):
+            return send(operation, params)  # every thread busy: unhedged, on this one
+        try:
+            answer = answers.get(timeout=self._delay)
+        except queue.Empty:
+            pass
+        else:
+            return _unwrap(answer)
+        if not self._threads.try_run(copy(1, dict(params))):
+            return _unwrap(answers.get())
+        with self._lock:
+            self.hedged += 1
+        race = Race(2, patient=late is not None)
+        while True:
+            index, reply, failure = answers.get()
+            if race.arrived(reply, failure):
+                break
+        if race.reply is not None and race.left > 0 and late is not None:
+            with watching:
+                watch[0] = (index, late)
+                try:
+                    other = answers.get_nowait()  # answered since, before it could see the watch
+                except queue.Empty:
+                    other = None
+            if other is not None and other[1] is not None:
+                _tell_late(late, other[1])
+        return race.result()
+
+    def shutdown(self) -> None:
+        """Stop taking copies; those in flight finish in their threads."""
+        self._threads.shutdown()
+
+
+def _unwrap(answer: Answer) -> dict[str, Any]:
+    _, reply, failure = answer
+    if failure is not None:
+        raise failure  # the request's failure, as it was
+    assert reply is not None
+    return reply
+
+
+def _tell_late(late: Callable[[dict[str, Any]], None], reply: dict[str, Any]) -> None:
+    try:
+        late(reply)
+    except Exception:  # noqa: BLE001 (best effort: a late copy's key is taken over at its expiry)
+        logger.warning("could not free a key a late copy held", exc_info=True)
