@@ -32,6 +32,11 @@ copies may land, in either order; what the caller sees is decided by :class:`Rac
   ``Date`` still informs the clock: it is as true as the winner's), except an acquire's
   copy that was applied after the other had won: it landed on a key we no longer held,
   and its caller frees it (``late``).
+
+Where the wire path's lean exchange sends the request (engine/exchange.py), the first
+copy runs on the caller's thread (``Hedger.send_in_place``, ``InPlace``): a reply in
+time is read there, and only a late one gets its copy on a thread. Elsewhere (boto3, a
+proxy, a new connection) each copy runs on a thread (``Hedger.send``).
 """
 
 from __future__ import annotations
