@@ -365,12 +365,18 @@ class InPlace:
         self._params = params
         self._late = late
         self.race: Race | None = None  # once the copy is out
-        # (0, the transmission's HTTP reply, failure): run's; (1, the copy's reply, failure).
-        self._answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]] = queue.SimpleQueue()
         self._bell: socket.socket | None = None  # rung by the copy once it answered (wait)
-        self._watch: list[tuple[int, Callable[[dict[str, Any]], None]] | None] = [None]
-        self._watching = threading.Lock()
+        self._won = False  # the first copy won with a reply, the copy still out: its late is told
         self._abandoned = False  # run's transmission, once the copy won
+
+    # Made on the slow path only (_start): a prompt reply needs neither.
+    # (0, the transmission's HTTP reply, failure): run's; (1, the copy's reply, failure).
+    _answers: queue.SimpleQueue[tuple[int, Any, BaseException | None]]
+    _watching: threading.Lock
+
+    def _start(self) -> None:
+        self._answers = queue.SimpleQueue()
+        self._watching = threading.Lock()
 
     def _copy(self) -> bool:
         """Send the copy on a thread; False if every thread is busy (the request goes on unhedged)."""
@@ -390,7 +396,7 @@ class InPlace:
                 hedger._learn(monotonic() - sent)  # noqa: SLF001
             with self._watching:
                 self._answers.put((1, reply, failure))
-                won = self._watch[0]
+                won = self._won
                 bell, self._bell = self._bell, None
             if bell is not None:
                 try:
@@ -399,7 +405,7 @@ class InPlace:
                     pass  # the caller stopped listening: its own reply came
                 finally:
                     bell.close()
-            if won is not None and reply is not None and late is not None:
+            if won and reply is not None and late is not None:
                 _tell_late(late, reply)
 
         if not hedger._threads.try_run(job):  # noqa: SLF001
@@ -416,6 +422,7 @@ class InPlace:
         :class:`Abandoned`). ``left``: the read timeout left (None: none). ``finish`` reads
         the first copy's reply off the connection and closes it, for an acquire's write
         (``late``: a first copy applied after the copy won must be freed)."""
+        self._start()
         listen, bell = socket.socketpair()
         self._bell = bell
         if not self._copy():
@@ -472,6 +479,7 @@ class InPlace:
         ``transmit`` returns the HTTP reply (``.status``)."""
         late = self._late
         hedger = self.hedger
+        self._start()
 
         def job() -> None:
             result: Any = None
@@ -530,7 +538,7 @@ class InPlace:
         if race.reply is not None and race.left > 0 and late is not None and reply is not None:
             # The first copy won, the copy still out: if it is applied, it landed after.
             with self._watching:
-                self._watch[0] = (0, late)
+                self._won = True
                 try:
                     other = self._answers.get_nowait()  # answered since, before it could see the watch
                 except queue.Empty:
