@@ -311,6 +311,30 @@ def test_a_first_copy_that_answers_just_after_its_copy_went_out_wins(proxied, wi
     assert rival.get("k") is None
 
 
+def test_the_read_timeout_still_bounds_a_first_copy_on_the_callers_thread(proxied, wire):
+    # Both copies held past the read timeout (3 s): the first copy's timeout, counted from its
+    # own send, ends the race (a read timeout may have been applied), not the copy's later one.
+    from django_dynlock.engine import requests as rq
+
+    if wire != "dynlock":
+        pytest.skip("the first copy goes in place on the lean exchange only")
+    proxy, client, rival = proxied
+    assert client.get("k") is None  # GetItem's shape learnt through botocore
+    store = client._store
+    assert store.wire.lean("get_item")
+    first = idle_connections(client)[-1]
+    stuck = proxy.add_fault("delay", operation="GetItem", delay_seconds=5.0, times=2)
+    params = {"TableName": store.options.table_name, "Key": rq.key(store.options, "k"), "ConsistentRead": True}
+    started = time.monotonic()
+    with pytest.raises(ReadTimeoutError):
+        store.send("get_item", params, hedge=True)
+    took = time.monotonic() - started
+    assert 2.9 < took < 4.0, took
+    assert stuck.fired == 2 and store.hedger.hedged == 1
+    assert first.sock is None and all(conn is not first for conn in idle_connections(client))
+    assert client.get("k") is None  # the pool serves the next request
+
+
 def test_a_first_copy_whose_pooled_connection_was_closed_hops_to_a_thread_and_is_hedged(proxied, wire):
     # Store.send saw a live idle connection; the server closed it meanwhile, so the request
     # goes through urlopen, whose transmission is hedged on a thread (InPlace.run).
