@@ -6,6 +6,8 @@ every other round, ``bench.rounds.rotated``), so that the machine's load, which 
 share, hits them alike:
 
 - ``dynlock``: django-dynlock, its requests on the wire path (``WIRE = "dynlock"``);
+- ``dynlock-unhedged``: the same with ``HEDGE_AFTER = None``: what hedging costs on the
+  fast path, ``dynlock`` minus this, paired per round (``hedge_cost_us``);
 - ``dynlock-boto3``: django-dynlock through the boto3 client (``WIRE = "boto3"``);
 - ``raw-put-delete``: raw boto3's cheapest lock cycle, a conditional PutItem of the
   whole item and a conditional DeleteItem (python-dynamodb-lock's and dyndbmutex's
@@ -45,7 +47,7 @@ from bench.floor import Floor
 from bench.rounds import rotated, run_round
 from django_dynlock.engine.options import merge_client_config
 
-NAMES = ("dynlock", "dynlock-boto3", "raw-put-delete", "raw-updates", "pdl")
+NAMES = ("dynlock", "dynlock-unhedged", "dynlock-boto3", "raw-put-delete", "raw-updates", "pdl")
 
 
 class RawPutDelete:
@@ -78,6 +80,7 @@ class RawPutDelete:
 def cycles(endpoint_url: str, run: str) -> tuple[dict[str, Callable[[], None]], list[Callable[[], None]]]:
     """Each contender's cycle on a key of its own, and what closes them."""
     wire = make_client(endpoint_url)
+    unhedged = make_client(endpoint_url, hedge_after=None)
     boto = make_client(endpoint_url, wire="boto3")
     raw = RawPutDelete(endpoint_url)
     floor = Floor(endpoint_url, merge_client_config(None))
@@ -92,12 +95,20 @@ def cycles(endpoint_url: str, run: str) -> tuple[dict[str, Callable[[], None]], 
 
     out = {
         "dynlock": lambda: wire.acquire(f"wire-dynlock-{run}").release(),
+        "dynlock-unhedged": lambda: unhedged.acquire(f"wire-unhedged-{run}").release(),
         "dynlock-boto3": lambda: boto.acquire(f"wire-boto3-{run}").release(),
         "raw-put-delete": lambda: raw.cycle(f"wire-raw-{run}"),
         "raw-updates": lambda: floor.cycle(f"wire-floor-{run}"),
         "pdl": pdl_cycle,
     }
-    return out, [lambda: wire.close(release=True), lambda: boto.close(release=True), raw.close, floor.close, pdl.close]
+    return out, [
+        lambda: wire.close(release=True),
+        lambda: unhedged.close(release=True),
+        lambda: boto.close(release=True),
+        raw.close,
+        floor.close,
+        pdl.close,
+    ]
 
 
 def profile(cycle: Callable[[], None], n: int = 200, top: int = 15) -> str:
@@ -156,6 +167,17 @@ def measure(kind: str, rounds: int, per_round: int, with_profile: bool) -> dict[
             mine["cpu_vs_raw_paired_median"] = statistics.median(
                 a["cpu_us_per_cycle"] / b["cpu_us_per_cycle"] for a, b in zip(seen[name], seen["raw-put-delete"])
             )  # pairs by position: a left-out round shifts them (failed_rounds says when)
+        # Hedging's cost on the fast path: the hedged default minus HEDGE_AFTER None, per round.
+        pairs = [
+            a["cpu_us_per_cycle"] - b["cpu_us_per_cycle"] for a, b in zip(seen["dynlock"], seen["dynlock-unhedged"])
+        ]
+        if pairs:
+            ordered = sorted(pairs)
+            out["hedge_cost_us"] = {
+                "median": statistics.median(pairs),
+                "quartiles": [ordered[len(ordered) // 4], ordered[(3 * len(ordered)) // 4]],
+                "all": pairs,
+            }
         if with_profile:
             out["profile"] = {name: profile(cycle_of[name]) for name in ("dynlock-boto3", "dynlock")}
         return out
@@ -306,6 +328,13 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     results = [measure(kind, args.rounds, args.cycles, args.profile) for kind in args.servers.split(",")]
     print(table(results))
+    for result in results:
+        cost = result.get("hedge_cost_us")
+        if cost:
+            print(
+                f"{result['server']}: hedged minus HEDGE_AFTER None, paired per round: "
+                f"{cost['median']:+.0f} µs per cycle (quartiles {cost['quartiles'][0]:+.0f}, {cost['quartiles'][1]:+.0f})"
+            )
     offline = no_network()
     print(
         "\nno network (replies at before-send): "

@@ -245,6 +245,120 @@ def test_prompt_replies_are_never_hedged(proxied):
     assert client._store.hedger.hedged == 0
 
 
+def idle_connections(client) -> list[Any]:
+    """The pool's idle connections, the next one to be taken last (urllib3's LifoQueue)."""
+    wire = client._store.wire
+    (pool, *_), *_ = wire._routes.values()
+    return [conn for conn in pool.pool.queue if conn is not None]
+
+
+def test_prompt_replies_take_no_thread_on_the_lean_exchange(proxied, wire):
+    # The first copy is sent and read on the caller's thread; only a late one's copy takes a
+    # thread. Through boto3 (no lean exchange) every hedgeable request hops to one.
+    proxy, client, rival = proxied
+    threads = client._store.hedger._threads
+    before = threads.ran
+    for _ in range(20):
+        client.acquire("k").release()
+    assert client._store.hedger.hedged == 0
+    assert threads.ran - before == (0 if wire == "dynlock" else 40)
+
+
+def test_a_late_first_copy_on_the_callers_thread_is_answered_by_its_copy_and_its_connection_closed(proxied, wire):
+    if wire != "dynlock":
+        pytest.skip("the first copy goes in place on the lean exchange only")
+    proxy, client, rival = proxied
+    lease = client.acquire("k")
+    first = idle_connections(client)[-1]  # the one the release's first copy takes
+    ran = client._store.hedger._threads.ran
+    late = proxy.add_fault("delay", operation="UpdateItem", match=is_release, delay_seconds=LATE)
+    started = time.monotonic()
+    lease.release()
+    assert time.monotonic() - started < LATE / 2
+    assert late.fired == 1 and client._store.hedger.hedged == 1
+    assert client._store.hedger._threads.ran - ran == 1  # the copy's; the first copy stayed on this thread
+    # Abandoned mid-reply: closed, never pooled, so no later request reads its late reply.
+    assert first.sock is None and all(conn is not first for conn in idle_connections(client))
+    time.sleep(LATE + 0.2)  # the late reply has come back, to a closed connection
+    for n in range(10):
+        key = f"after-{n}"
+        held = client.acquire(key)
+        assert rival.get(key).owner == held.owner
+        assert client.get(key).owner == held.owner  # its own reply, not a stale one
+        held.release()
+        assert client.get(key) is None
+    assert proxy.errors == []
+
+
+def test_a_first_copy_that_answers_just_after_its_copy_went_out_wins(proxied, wire):
+    proxy, client, rival = proxied
+    delay = client._store.hedger.delay
+    if wire == "dynlock":
+        first = idle_connections(client)[-1]
+    # The first copy answers about 0.1 s after the copy went out; the copy is held far longer.
+    soon = proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=delay + 0.1)
+    held = proxy.add_fault("delay", operation="UpdateItem", match=is_acquire, delay_seconds=LATE)
+    started = time.monotonic()
+    lease = client.acquire("k", wait=0)
+    assert time.monotonic() - started < LATE / 2
+    assert soon.fired == 1 and held.fired == 1 and client._store.hedger.hedged == 1
+    if wire == "dynlock":
+        assert first.sock is not None and first in idle_connections(client)  # read to its end: pooled again
+    assert lease.is_held and rival.get("k").owner == lease.owner
+    time.sleep(LATE + 0.2)  # the copy lands on our own item: its condition fails, nothing changes
+    assert lease.is_held and rival.get("k").owner == lease.owner
+    lease.release()
+    assert rival.get("k") is None
+
+
+def test_the_read_timeout_still_bounds_a_first_copy_on_the_callers_thread(proxied, wire):
+    # Both copies held past the read timeout (3 s): the first copy's timeout, counted from its
+    # own send, ends the race (a read timeout may have been applied), not the copy's later one.
+    from django_dynlock.engine import requests as rq
+
+    if wire != "dynlock":
+        pytest.skip("the first copy goes in place on the lean exchange only")
+    proxy, client, rival = proxied
+    assert client.get("k") is None  # GetItem's shape learnt through botocore
+    store = client._store
+    assert store.wire.lean("get_item")
+    first = idle_connections(client)[-1]
+    stuck = proxy.add_fault("delay", operation="GetItem", delay_seconds=5.0, times=2)
+    params = {"TableName": store.options.table_name, "Key": rq.key(store.options, "k"), "ConsistentRead": True}
+    started = time.monotonic()
+    with pytest.raises(ReadTimeoutError):
+        store.send("get_item", params, hedge=True)
+    took = time.monotonic() - started
+    assert 2.9 < took < 4.0, took
+    assert stuck.fired == 2 and store.hedger.hedged == 1
+    assert first.sock is None and all(conn is not first for conn in idle_connections(client))
+    assert client.get("k") is None  # the pool serves the next request
+
+
+def test_a_first_copy_whose_pooled_connection_was_closed_hops_to_a_thread_and_is_hedged(proxied, wire):
+    # Store.send saw a live idle connection; the server closed it meanwhile, so the request
+    # goes through urlopen, whose transmission is hedged on a thread (InPlace.run).
+    import socket
+
+    if wire != "dynlock":
+        pytest.skip("the first copy goes in place on the lean exchange only")
+    proxy, client, rival = proxied
+    lease = client.acquire("k")
+    assert client._store.wire.lean("update_item")
+    ran = client._store.hedger._threads.ran
+    with proxy._conns_cond:
+        for conn in list(proxy._conns):
+            conn.shutdown(socket.SHUT_RDWR)  # the server's side of every idle connection
+    time.sleep(0.1)
+    late = proxy.add_fault("delay", operation="UpdateItem", match=is_release, delay_seconds=LATE)
+    started = time.monotonic()
+    lease.release()
+    assert time.monotonic() - started < LATE / 2
+    assert late.fired == 1 and client._store.hedger.hedged == 1
+    assert client._store.hedger._threads.ran - ran == 2  # the transmission's and the copy's
+    assert rival.get("k") is None
+
+
 # -- the race, without a server ---------------------------------------------------------------------
 
 

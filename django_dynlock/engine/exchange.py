@@ -46,6 +46,8 @@ from urllib3.exceptions import ProtocolError
 from urllib3.exceptions import ReadTimeoutError as URLLib3ReadTimeoutError
 from urllib3.util.timeout import Timeout
 
+from .hedging import Abandoned, InPlace
+
 # http.client's checks of a header's name and value (``putheader``), and the name of a
 # reply's header line as the ``email`` parser recognizes one.
 _legal_header_name = re.compile(r"[^:\s][^:\r\n]*").fullmatch
@@ -152,9 +154,16 @@ class Connections:
             return None
         return text.encode("ascii")
 
-    def exchange(self, target: str, headers: dict[str, Any], body: bytes, timeout: Any) -> Reply | None:
+    def exchange(
+        self, target: str, headers: dict[str, Any], body: bytes, timeout: Any, hedge: InPlace | None = None
+    ) -> Reply | None:
         """The request and its reply on a pooled connection; None, with nothing sent, if
-        it is for ``urlopen`` (no live pooled connection, headers urllib3 writes otherwise)."""
+        it is for ``urlopen`` (no live pooled connection, headers urllib3 writes otherwise).
+
+        ``hedge``: the request is the first copy of a hedged one (engine/hedging.py): its
+        reply is waited for at most ``hedge.delay`` here, on the caller's thread, before
+        ``hedge.wait`` sends a copy and waits for either; a copy that decides the race
+        raises ``Abandoned`` out of here, and this connection is closed, not pooled."""
         if "Content-Length" not in headers or "User-Agent" not in headers:
             return None
         head = self._head(headers)
@@ -190,13 +199,32 @@ class Connections:
             except OSError as e:
                 if e.errno not in (errno.ECONNRESET, errno.EPROTOTYPE):  # as urllib3: read what came
                     raise ProtocolError("Connection aborted.", e) from e
-            sock.settimeout(read_timeout)
             try:
-                reply = self._read(sock)
+                data = None
+                if hedge is not None and (read_timeout is None or hedge.delay < read_timeout):
+                    # The first read waits only the hedge's delay: a prompt reply (the common
+                    # case) is read here, with no thread; a late one gets its copy.
+                    sock.settimeout(hedge.delay)
+                    try:
+                        data = sock.recv(65536)
+                    except TimeoutError:
+                        left = None if read_timeout is None else read_timeout - hedge.delay
+                        left = hedge.wait(sock, left, lambda: self._finish(conn, sock, read_timeout))
+                        sock.settimeout(None if left is None else max(left, 0.001))  # 0 would not block
+                    else:
+                        sock.settimeout(read_timeout)
+                else:
+                    sock.settimeout(read_timeout)
+                reply = self._read(sock, data)
             except TimeoutError as e:
                 raise URLLib3ReadTimeoutError(pool, target, f"Read timed out. (read timeout={read_timeout})") from e
             except (OSError, http.client.HTTPException) as e:
                 raise ProtocolError("Connection aborted.", e) from e
+        except Abandoned as abandoned:
+            if not abandoned.reading:  # else its reader closes it once read
+                conn.close()
+            pool._put_conn(None)  # noqa: SLF001
+            raise
         except BaseException:
             conn.close()
             pool._put_conn(None)  # noqa: SLF001 (as urlopen: the pool's slot back, empty)
@@ -206,9 +234,20 @@ class Connections:
         pool._put_conn(conn)  # noqa: SLF001
         return reply
 
-    def _read(self, sock: Any) -> Reply:
-        """The reply, if plain; else http.client's reading of it (``_unusual``)."""
-        data = sock.recv(65536)
+    def _finish(self, conn: Any, sock: Any, read_timeout: float | None) -> int:
+        """The status of the reply of a first copy whose hedge won (hedging.InPlace._abandon), read
+        on another thread; its connection then closed, its reply's rest unread."""
+        try:
+            sock.settimeout(read_timeout)
+            return self._read(sock).status
+        finally:
+            conn.close()
+
+    def _read(self, sock: Any, data: bytes | None = None) -> Reply:
+        """The reply, if plain; else http.client's reading of it (``_unusual``). ``data``:
+        its first bytes, read already."""
+        if data is None:
+            data = sock.recv(65536)
         end = data.find(b"\r\n\r\n")
         while end < 0:
             if not data:

@@ -32,7 +32,7 @@ from .failures import (
     safe_endpoint,
     translate,
 )
-from .hedging import Hedger
+from .hedging import Abandoned, Hedger
 from .options import ClientOptions
 from .wire import Wire
 
@@ -233,6 +233,9 @@ class Store:
         if hedger is None:
             return self._send_one(operation, params)
         self._check_open()
+        wire = self.wire
+        if wire is not None and wire.lean(operation):
+            return hedger.send_in_place(self._send_one, operation, params, late)
         return hedger.send(self._send_one, operation, params, late)
 
     def _send_one(self, operation: str, params: dict[str, Any]) -> dict[str, Any]:
@@ -263,6 +266,8 @@ class Store:
             own = raised_into(exc)
             if own is None:
                 raise
+        except Abandoned:
+            raise  # a hedged first copy whose copy won: no outcome of its own (engine/hedging.py)
         except BaseException:
             if observe.OBSERVERS:  # no reply: the endpoint unreachable, or the caller's own exception
                 self._tell(operation, sent, "")

@@ -73,6 +73,7 @@ from urllib3.exceptions import SSLError as URLLib3SSLError
 from urllib3.util.retry import Retry
 
 from .exchange import Connections
+from .hedging import take_first
 
 # The requests the engine sends on every lock operation, by boto3 method name. Table
 # administration (create, describe, TTL) stays boto3's: it is rare and its replies
@@ -389,6 +390,23 @@ class Wire:
             http = self._transmit(prepared)
         return http
 
+    def lean(self, operation: str) -> bool:
+        """Whether a request of ``operation`` will most likely go through the lean exchange
+        (engine/exchange.py): sent on the wire path, without a proxy, with a live connection
+        idle in the pool, to a verified HTTPS endpoint if HTTPS. Store.send then hedges its
+        first copy in place (Hedger.send_in_place); if it goes to urlopen after all (another
+        thread took the connection, the server closed it), the transmission hops to a thread."""
+        template = self._templates.get(operation)
+        if template is None:
+            return False
+        route = self._routes.get(template.url)
+        if route is None or route[1] is None or route[0].pool is None:
+            return False
+        pool = route[0]
+        idle = pool.pool.queue  # urllib3's LifoQueue: _get_conn takes the last
+        conn = idle[-1] if idle else None
+        return conn is not None and conn.sock is not None and (pool.scheme == "http" or conn.is_verified)
+
     def url_part(self, kind: str, value: str, compute: Any) -> str:
         """``compute(value)``, kept: what signing derives from the URL and its path (botocore's own functions)."""
         key = (kind, value)
@@ -433,25 +451,31 @@ class Wire:
                 # As botocore: on every pool, and urlopen writes it into requests without a proxy too.
                 pool.proxy_headers["host"] = urlparse(url).hostname
             timeout = session._get_request_timeout(request)  # noqa: SLF001
+            hedge = take_first()  # the first copy of a hedged request (Hedger.send_in_place)
             if lean is not None:
-                reply = lean.exchange(target, request.headers, request.body, timeout)
+                reply = lean.exchange(target, request.headers, request.body, timeout, hedge)
                 if reply is not None:
                     return _Reply(url, reply.status, reply.headers, reply.body)
             extra: dict[str, Any] = {}
             if timeout is not None:
                 extra["timeout"] = timeout
-            raw = pool.urlopen(
-                method="POST",
-                url=target,
-                body=request.body,
-                headers=request.headers,
-                retries=_NO_RETRIES,
-                assert_same_host=False,
-                preload_content=True,
-                decode_content=False,
-                enforce_content_length=False,
-                **extra,
-            )
+
+            def urlopen() -> Any:
+                return pool.urlopen(
+                    method="POST",
+                    url=target,
+                    body=request.body,
+                    headers=request.headers,
+                    retries=_NO_RETRIES,
+                    assert_same_host=False,
+                    preload_content=True,
+                    decode_content=False,
+                    enforce_content_length=False,
+                    **extra,
+                )
+
+            # Not on a pooled connection after all: hedged on a thread, as every copy was before.
+            raw = urlopen() if hedge is None else hedge.run(urlopen)
             return _Reply(url, raw.status, list(raw.headers.items()), raw.data, raw)
         except URLLib3SSLError as e:
             raise SSLError(endpoint_url=url, error=e) from None
