@@ -11,13 +11,14 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from botocore.exceptions import ClientError, ReadTimeoutError
 
 from django_dynlock.engine import ClientOptions
-from django_dynlock.engine.hedging import HEDGE_CAP, Hedger, Race, settle
+from django_dynlock.engine.hedging import HEDGE_CAP, WARM, Hedger, Race, settle
 from django_dynlock.exceptions import InvalidArgument
 from localdynamo.faultproxy import FaultProxy
 from tests.support.clients import client_for
@@ -41,14 +42,34 @@ def wire(request) -> str:
     return request.param
 
 
+# The tests' hedge delay (HEDGE_AFTER, the floor of the learnt one): only the requests a
+# test makes late are hedged. With the learnt delay (3 x p90 of recent round trips, tens of
+# ms), a reply slowed by a loaded host was hedged too, and the counts of copies were off by
+# one (CI, 6 workers on 2 cores). Far under LATE / 2, so a hedged request still answers early.
+PINNED = 0.3
+
+
 @pytest.fixture
 def proxied(server, wire):
-    """(proxy, a client through it, a rival straight to the server): a fresh table."""
+    """(proxy, a client through it, a rival straight to the server): a fresh table; the
+    client hedges a request PINNED late."""
+    yield from _proxied(server, wire, PINNED)
+
+
+@pytest.fixture
+def proxied_learning(server, wire):
+    """As ``proxied``, the client with the default HEDGE_AFTER, its delay learnt from its round trips."""
+    yield from _proxied(server, wire, ClientOptions().hedge_after)
+
+
+def _proxied(server: Any, wire: str, hedge_after: float | None) -> Iterator[tuple[FaultProxy, Any, Any]]:
     table = f"hedge-{uuid.uuid4().hex[:8]}"
     admin = client_for(server.endpoint_url, table)
     admin.create_table(wait=True)
     with FaultProxy(server.endpoint_url, max_seconds=120) as proxy:
-        client = client_for(proxy.endpoint_url, table, wire=wire, client_config=CONFIG, lease_duration=10.0)
+        client = client_for(
+            proxy.endpoint_url, table, wire=wire, client_config=CONFIG, lease_duration=10.0, hedge_after=hedge_after
+        )
         try:
             warm(client)
             yield proxy, client, admin
@@ -60,11 +81,12 @@ def proxied(server, wire):
 
 def warm(client) -> None:
     """Round trips for the hedger to learn this server's latency from (hedging.WARM)."""
-    for _ in range(40):  # a cold DynamoDB Local (a JIT) on a loaded host takes a while
+    hedger = client._store.hedger
+    for n in range(40):  # a cold DynamoDB Local (a JIT) on a loaded host takes a while
         client.acquire(f"warm-{uuid.uuid4().hex[:6]}").release()
-        if client._store.hedger.delay < HEDGE_CAP:
+        if hedger.delay < HEDGE_CAP or (hedger.floor >= HEDGE_CAP and n >= WARM):
             break
-    assert client._store.hedger.delay < HEDGE_CAP
+    assert hedger.delay < HEDGE_CAP or hedger.delay == hedger.floor
 
 
 def test_a_late_release_is_hedged_and_its_late_copy_frees_nothing_after(proxied):
@@ -235,9 +257,12 @@ def test_an_async_release_is_hedged(proxied):
     assert rival.get("k") is None  # free
 
 
-def test_prompt_replies_are_never_hedged(proxied):
+# Replies at the server's usual pace, as the learnt delay sees it: alone, after the
+# parallel pass, whose load slows some replies past it.
+@pytest.mark.solo
+def test_prompt_replies_are_never_hedged(proxied_learning):
     # A hedge costs a request: none on replies at the server's usual pace.
-    proxy, client, rival = proxied
+    proxy, client, rival = proxied_learning
     before = proxy.stats.requests
     for _ in range(20):
         client.acquire("k").release()

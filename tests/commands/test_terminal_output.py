@@ -48,8 +48,12 @@ def test_breaklock_escapes_what_it_shows_before_asking_and_what_it_logs(dynlock,
     result = run("breaklock", HOSTILE_KEY, "--reason", "stuck\nINFO all is well")
     assert_no_raw_controls(result.out + "".join(shown))
     assert result.out.startswith("job:\\x1b[2J\\x1b[1;1Hall clear\\u202e: token ")
-    lines = [r.getMessage() for r in caplog.records if "broke lock" in r.getMessage() or "broken by" in r.getMessage()]
-    assert len(lines) == 1  # one line: the engine's, naming whose lease it was
+    lines = [r.getMessage() for r in caplog.records if "broken by" in r.getMessage()]
+    # One line of the break: the engine's, naming whose lease it was. The holder, another
+    # client, logs its own "lost" line when its next renewal finds the break: that may
+    # come before this check (CI: a moto run in the Django 6.1 pass outlasted a heartbeat
+    # period), and it too must be one escaped line.
+    assert len([line for line in lines if line.startswith("lock ")]) == 1, lines
     for line in lines:
         assert "\n" not in line and "stuck\\nINFO all is well" in line
         assert_no_raw_controls(line)
