@@ -249,7 +249,11 @@ def test_kill_9_of_runlocked_takes_its_child(local, tmp_path):
             os.kill(child, signal.SIGKILL)
 
 
+# A latency (the spare leaves within STANDBY_POLL of its SIGTERM, its process's exit
+# included): alone, after the parallel pass. Beside it, CI runs 28 and 30 measured 2.3 and
+# 2.6 s; alone under three CPU hogs here, 0.4-0.6 s.
 @pytest.mark.slow
+@pytest.mark.solo
 def test_sigterm_stops_the_child_and_resigns_and_the_standby_takes_over(local, tmp_path):
     report = tmp_path / "children.jsonl"
     spare_report = tmp_path / "spare.jsonl"
