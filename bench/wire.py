@@ -79,7 +79,7 @@ class RawPutDelete:
 
 def cycles(endpoint_url: str, run: str) -> tuple[dict[str, Callable[[], None]], list[Callable[[], None]]]:
     """Each contender's cycle on a key of its own, and what closes them."""
-    wire = make_client(endpoint_url)
+    wire = make_client(endpoint_url, hedge_after=0.025)  # hedged (off by default): its fast path's cost
     unhedged = make_client(endpoint_url, hedge_after=None)
     boto = make_client(endpoint_url, wire="boto3")
     raw = RawPutDelete(endpoint_url)

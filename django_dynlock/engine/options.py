@@ -240,7 +240,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("wire", "dynlock", "'dynlock' or 'boto3'", (str,)),
     # The least a request waits for its reply before a copy of it goes out (engine/hedging.py);
     # None: never. Later than that when this client's round trips are slower (3 x their p90).
-    _seconds("hedge_after", 0.025, nullable=True),
+    _seconds("hedge_after", None, nullable=True),
 )
 SETTING = {setting.field: setting for setting in SETTINGS}
 _DEFAULT = {setting.field: setting.default for setting in SETTINGS}

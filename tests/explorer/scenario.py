@@ -415,6 +415,9 @@ class Scenario:
             # engine's own wire path lies below them, and tests/test_wire.py shows its
             # requests are botocore's to the byte.
             wire="boto3",
+            # Hedging on (off by default), so that the world's hedger (WorldHedger) is asked:
+            # it draws hedged copies when the choices say so, else sends each request once.
+            hedge_after=0.025,
             # TTL may delete an item (the "ttl" operation) this long after its lease ends.
             **({"retention": RETENTION} if self.choices.clocks else {}),
         )

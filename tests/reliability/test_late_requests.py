@@ -58,7 +58,7 @@ def moto_table(moto_server):
 def proxied(moto_table, request):
     """(proxy, holder through the proxy, rival straight to the server)."""
     endpoint, table = moto_table
-    hedge = {} if request.param == "hedged" else {"hedge_after": None}
+    hedge = {"hedge_after": 0.025 if request.param == "hedged" else None}
     with FaultProxy(endpoint, max_seconds=60, record=True) as proxy:
         holder = client_for(
             proxy.endpoint_url, table, lease_duration=3.0, heartbeat_period=1.0, client_config=CONFIG, **hedge
